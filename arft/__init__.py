@@ -1,0 +1,3 @@
+"""arft — Agent Reinforcement Fine-Tuning you run yourself."""
+
+__version__ = "0.1.0"

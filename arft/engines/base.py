@@ -1,0 +1,84 @@
+"""The generation protocol every engine speaks.
+
+Two kinds of engine exist:
+
+* ``TokenEngine`` — token ids in, sampled token ids + their logprobs out. Trainable: the rollout
+  loop keeps the exact ids (token in, token out). ``transformers`` (and later vLLM) engines.
+* ``ChatEngine`` — chat messages in, an assistant message (with ``tool_calls``) out: any
+  OpenAI-compatible server. Evaluation only: no token ids, so nothing to train on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, Sequence, runtime_checkable
+
+from arft.records import Frozen, Message
+
+
+class SamplingParams(Frozen):
+    """How to sample one completion."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 disables top-k."""
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    """Stop strings. Generation ends after the token that completes one; those tokens are kept."""
+    seed: int | None = None
+
+
+class Generation(Frozen):
+    """One sampled completion.
+
+    ``logprobs[i]`` is the log-probability of ``token_ids[i]`` under the distribution it was
+    sampled from (logits / temperature, before top-p/top-k truncation), so a trainer that divides
+    its logits by the same temperature reproduces it.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    finish_reason: Literal["eos", "stop", "length"]
+    """``eos``: the model emitted an end-of-turn token (kept in ``token_ids``); ``stop``: a stop
+    string matched; ``length``: ``max_new_tokens`` reached."""
+
+
+@runtime_checkable
+class TokenEngine(Protocol):
+    """Token ids in, token ids + logprobs out. Concurrent calls may be batched together."""
+
+    tokenizer: Any
+    """A Hugging Face tokenizer (encode/decode, chat template)."""
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ChatReply(Frozen):
+    """An assistant message from a chat-level engine."""
+
+    message: Message
+    finish_reason: str
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+
+
+@runtime_checkable
+class ChatEngine(Protocol):
+    """Chat messages in, one assistant message out (OpenAI-compatible servers)."""
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        tool_choice: str | dict[str, Any] | None,
+        params: SamplingParams,
+    ) -> ChatReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+class EngineError(RuntimeError):
+    """The engine could not produce a completion (after its own retries): infrastructure failure."""

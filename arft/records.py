@@ -1,0 +1,170 @@
+"""Plain frozen records shared by every layer.
+
+Each record is a pydantic model that round-trips through JSON unchanged
+(``Record.model_validate_json(r.model_dump_json()) == r``). Nothing here imports torch,
+an engine, a tool or a grader: records are the bottom layer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Frozen(BaseModel):
+    """Base for immutable records: extra keys are errors, instances are hashable-free values."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def new_trace_id() -> str:
+    """A fresh rollout id in the hosted format: ``trace_<uuid4 hex>``."""
+    return "trace_" + uuid.uuid4().hex
+
+
+class FunctionCall(Frozen):
+    """The function part of a chat-completions tool call."""
+
+    name: str
+    arguments: str = "{}"
+    """JSON-encoded arguments, exactly as the model produced them (after parsing to JSON)."""
+
+
+class ToolCall(Frozen):
+    """One tool call in chat-completions shape: ``{"id", "type": "function", "function"}``."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(Frozen):
+    """A chat message. ``tool_calls`` only on assistant messages, ``tool_call_id`` on tool ones."""
+
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as a chat-completions dict (no ``None`` fields)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class Task(Frozen):
+    """One dataset row: the prompt messages, the tools it may use, and the item graders read."""
+
+    id: str
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] | None = None
+    """Completions-format function schemas; when set, limits which job tools this task may call."""
+    tool_choice: str | dict[str, Any] | None = None
+    item: dict[str, Any] = Field(default_factory=dict)
+    """Every other key of the row; graders read it as ``{{item.key}}``."""
+
+
+ToolStatus = Literal["ok", "tool_error", "parse_error", "refused", "infra_error"]
+
+
+class ToolCallRecord(Frozen):
+    """What happened when one tool call ran (or could not run)."""
+
+    trace_id: str
+    call_id: str
+    name: str
+    arguments: str
+    output: str
+    """The text the model sees as the tool's answer (an error message when it failed)."""
+    status: ToolStatus = "ok"
+    error: str | None = None
+    """Why it failed, for the metrics; ``None`` when ``status == "ok"``."""
+    http_status: int | None = None
+    latency_s: float = 0.0
+    turn: int = 0
+
+
+class Score(Frozen):
+    """A grader's verdict on one rollout. ``error`` is set whenever the score is not a real grade."""
+
+    score: float
+    sub_scores: dict[str, float] = Field(default_factory=dict)
+    passed: bool | None = None
+    error: str | None = None
+    flags: tuple[str, ...] = ()
+    latency_s: float = 0.0
+    grader: str = ""
+
+
+RolloutStatus = Literal["ok", "truncated", "infra_failed", "error"]
+FinishReason = Literal[
+    "answer",  # the model ended its turn without a tool call
+    "max_episode_steps",  # the tool-call budget ended the rollout
+    "max_turns",
+    "max_tokens",  # the context/token budget ran out
+    "timeout",  # wall-clock limit
+    "infra_failed",  # a tool or the engine failed beyond retries
+    "error",  # a bug or unexpected exception; see Rollout.error
+]
+
+
+class Timings(Frozen):
+    """Seconds spent in each phase of a rollout (summed over turns)."""
+
+    generate_s: float = 0.0
+    tools_s: float = 0.0
+    grade_s: float = 0.0
+    total_s: float = 0.0
+
+
+class Rollout(Frozen):
+    """One traced multi-turn episode of one task.
+
+    ``token_ids``/``loss_mask``/``logprobs`` are aligned and cover the whole episode, prompt
+    included: ``loss_mask[i] == 1`` exactly where token ``i`` was sampled by the engine, and
+    ``logprobs[i]`` is its sampling logprob (0.0 where the mask is 0). They are empty for engines
+    that do not expose tokens (the ``openai`` engine): such rollouts are for evaluation only.
+    """
+
+    trace_id: str
+    task_id: str
+    sample_index: int = 0
+    run_id: str = ""
+    messages: tuple[Message, ...]
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+    token_ids: tuple[int, ...] = ()
+    loss_mask: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()
+    prompt_len: int = 0
+    n_turns: int = 0
+    parse_errors: int = 0
+    finish_reason: FinishReason = "answer"
+    status: RolloutStatus = "ok"
+    error: str | None = None
+    timings: Timings = Field(default_factory=Timings)
+    score: Score | None = None
+    item: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def output_text(self) -> str:
+        """The content of the last assistant message ('' when there is none)."""
+        for m in reversed(self.messages):
+            if m.role == "assistant":
+                return m.content or ""
+        return ""
+
+    @property
+    def n_sampled_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+class TrainBatch(Frozen):
+    """What the trainer sees: token ids, masks, old logprobs and advantages — nothing else."""
+
+    input_ids: tuple[tuple[int, ...], ...]
+    loss_mask: tuple[tuple[int, ...], ...]
+    old_logprobs: tuple[tuple[float, ...], ...]
+    advantages: tuple[float, ...]
+    trace_ids: tuple[str, ...]

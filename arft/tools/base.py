@@ -1,0 +1,55 @@
+"""The tool protocol: what the rollout loop needs from any tool (endpoint, python, shell, MCP)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Everything a tool may know about the call besides its arguments."""
+
+    trace_id: str
+    call_id: str
+    item: dict[str, Any] = field(default_factory=dict)
+    workspace: Path | None = None
+    """The rollout's own workspace directory (a fresh copy of the job's template), if any."""
+    turn: int = 0
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool's answer. ``status != "ok"`` always carries an ``error`` reason.
+
+    * ``ok`` — ``output`` is the tool's answer.
+    * ``tool_error`` — the tool ran and failed (exception, 4xx, non-zero exit, timeout of the
+      tool's own work); ``output`` is the message the model sees.
+    * ``infra_error`` — the tool could not be reached after retries (5xx, connection errors,
+      garbage answers): the rollout is marked ``infra_failed`` and left out of the loss.
+    """
+
+    output: str
+    status: Literal["ok", "tool_error", "infra_error"] = "ok"
+    error: str | None = None
+    http_status: int | None = None
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A callable tool with a completions-format schema."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """``{"type": "function", "function": {"name", "description", "parameters"}}``."""
+        ...
+
+    async def call(self, arguments: str, ctx: ToolContext) -> ToolOutcome:
+        """Run with ``arguments`` (a JSON object encoded as a string, already validated as JSON)."""
+        ...
+
+    async def aclose(self) -> None: ...
