@@ -1,0 +1,337 @@
+"""The job spec: the hosted Agent RFT shape, unchanged, plus arft's own sections beside it.
+
+A job file is YAML or JSON::
+
+    model: smollm2-135m-instruct
+    training_file: train.jsonl
+    validation_file: val.jsonl
+    method:
+      type: reinforcement
+      reinforcement:
+        grader: {type: string_check, ...}
+        tools: [{name: lookup, server_url: http://127.0.0.1:8000/lookup}]
+        max_episode_steps: 6
+        hyperparameters: {n_epochs: auto, batch_size: auto, eval_samples: 4}
+    # arft's own sections (all optional, documented defaults):
+    engine: {type: transformers}
+    sampling: {temperature: 1.0}
+    rollout: {max_turns: 6}
+
+Unknown or misspelt keys are errors that name the key, the file and the line. Input paths
+(datasets, workspace templates, python tool files) resolve against the job file's folder;
+``run_dir`` resolves against the current directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+EMBEDDED_MODEL = "smollm2-135m-instruct"
+
+
+class Spec(BaseModel):
+    """Base of every config section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+Auto = Literal["auto"]
+
+
+class Hyperparameters(Spec):
+    """The hosted API's hyperparameters; ``"auto"`` lets arft choose (see ``resolved``)."""
+
+    n_epochs: int | Auto = "auto"
+    """Passes over the training set (auto: 1)."""
+    batch_size: int | Auto = "auto"
+    """Tasks per training step (auto: 4)."""
+    compute_multiplier: float | Auto = "auto"
+    """Scales the rollouts per task (group size) and exploration (auto: 1.0)."""
+    eval_interval: int | Auto = "auto"
+    """Training steps between evaluations (auto: 5)."""
+    eval_samples: int | Auto = "auto"
+    """Rollouts per validation task in an evaluation (auto: 4)."""
+    learning_rate_multiplier: float | Auto = "auto"
+    """Multiplies the trainer's base learning rate (auto: 1.0)."""
+    reasoning_effort: Literal["low", "medium", "high", "default", "auto"] = "auto"
+    """Accepted for compatibility; open-weight models without a reasoning switch ignore it."""
+
+    def resolved(self, name: str) -> Any:
+        """The value of ``name`` with ``"auto"`` replaced by arft's default."""
+        defaults = {"n_epochs": 1, "batch_size": 4, "compute_multiplier": 1.0, "eval_interval": 5,
+                    "eval_samples": 4, "learning_rate_multiplier": 1.0, "reasoning_effort": "medium"}
+        value = getattr(self, name)
+        return defaults[name] if value == "auto" else value
+
+
+class EndpointToolSpec(Spec):
+    """A tool served over HTTP with the hosted contract (POST function_call -> function_call_output)."""
+
+    type: Literal["endpoint"] = "endpoint"
+    name: str
+    server_url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    description: str | None = None
+    """Shown to the model; when absent, the dataset row's schema for this tool is used."""
+    parameters: dict[str, Any] | None = None
+    """JSON schema of the arguments; when absent, the dataset row's schema is used."""
+    timeout_s: float = 30.0
+    max_retries: int = 3
+    """Retries after a 5xx, a timeout or a garbage answer before the rollout is infra-failed."""
+
+
+class PythonToolSpec(Spec):
+    """A Python function as a tool: ``module:attr`` or ``path/to/file.py:attr``."""
+
+    type: Literal["python"]
+    function: str
+    name: str | None = None
+    """Defaults to the function's name."""
+    description: str | None = None
+    """Defaults to the docstring's first paragraph."""
+    timeout_s: float = 30.0
+
+
+class ShellToolSpec(Spec):
+    """A shell command runner in the rollout's own sandboxed workspace."""
+
+    type: Literal["shell"]
+    name: str = "shell"
+    description: str | None = None
+    timeout_s: float = 10.0
+    memory_mb: int = 512
+    max_output_chars: int = 4000
+
+
+class McpToolSpec(Spec):
+    """Every tool of an MCP server started over stdio."""
+
+    type: Literal["mcp"]
+    command: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    include: list[str] | None = None
+    """Only these of the server's tools (default: all)."""
+    name_prefix: str = ""
+    timeout_s: float = 30.0
+
+
+ToolSpec = Annotated[
+    Union[EndpointToolSpec, PythonToolSpec, ShellToolSpec, McpToolSpec], Field(discriminator="type")
+]
+
+
+def _tool_type(raw: Any) -> Any:
+    """The hosted shape has no ``type`` on endpoint tools: infer it from ``server_url``."""
+    if isinstance(raw, dict) and "type" not in raw and "server_url" in raw:
+        return {"type": "endpoint", **raw}
+    return raw
+
+
+class Reinforcement(Spec):
+    """``method.reinforcement`` of the hosted shape."""
+
+    grader: dict[str, Any]
+    """A grader spec (hosted catalogue: string_check, python, multi, endpoint, ...)."""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_episode_steps: int | Auto = "auto"
+    """Most tool calls in one rollout (auto: 10). See ``rollout.on_max_episode_steps``."""
+    hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
+    response_format: dict[str, Any] | None = None
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _infer_tool_types(cls, v: Any) -> Any:
+        return [_tool_type(t) for t in v] if isinstance(v, list) else v
+
+    @field_validator("grader")
+    @classmethod
+    def _grader_has_type(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if "type" not in v:
+            raise ValueError("a grader needs a 'type' (e.g. string_check, python, multi, endpoint)")
+        return v
+
+    @property
+    def max_steps(self) -> int:
+        return 10 if self.max_episode_steps == "auto" else self.max_episode_steps
+
+
+class Method(Spec):
+    type: Literal["reinforcement"]
+    reinforcement: Reinforcement
+
+
+class EngineSpec(Spec):
+    """Which engine generates. ``transformers`` is trainable; ``openai`` is for evaluation only."""
+
+    type: Literal["transformers", "openai"] = "transformers"
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    """auto: bfloat16 (measured faster on CPUs with bf16 support and on GPUs)."""
+    device: str = "auto"
+    """auto: cuda when available, else cpu."""
+    max_batch_size: int = 32
+    """Most concurrent requests the transformers engine puts in one forward pass."""
+    base_url: str | None = None
+    """openai engine: the server, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """openai engine: the environment variable holding the API key (may be unset for local servers)."""
+    served_model: str | None = None
+    """openai engine: the model name to send (default: the job's ``model``)."""
+    timeout_s: float = 120.0
+
+
+class SamplingSpec(Spec):
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+    """Most tokens the model may write in one assistant turn."""
+    seed: int | None = None
+
+
+class RolloutSpec(Spec):
+    """Limits of one episode and how many run at once."""
+
+    max_turns: int = 8
+    """Most assistant turns in a rollout."""
+    max_tokens: int = 4096
+    """Most tokens in the whole episode (prompt + all turns + tool outputs)."""
+    timeout_s: float = 600.0
+    """Wall-clock limit of one rollout."""
+    concurrency: int = 32
+    """Rollouts running at once."""
+    on_max_episode_steps: Literal["refuse", "end"] = "refuse"
+    """When the tool-call budget is spent: 'refuse' answers further calls with a message (the
+    model can still answer); 'end' stops the rollout."""
+    tool_choice: str | dict[str, Any] = "auto"
+    """auto | required | none | a tool name | {"type":"function","function":{"name":...}}."""
+    worked_example: bool = True
+    """Show a worked example of a tool call and its result in the tool system block (small
+    models call tools only when shown one)."""
+    tool_output_max_chars: int = 4000
+    workspace: str | None = None
+    """A template directory copied fresh into each rollout's workspace (shell tools run there)."""
+
+
+class BudgetSpec(Spec):
+    """A soft tool-call budget: a penalty per call beyond it, reported apart from the task reward."""
+
+    soft_limit: int | None = None
+    penalty: float = 0.05
+    kind: Literal["linear", "step"] = "linear"
+
+
+class JobSpec(Spec):
+    """A whole job: the hosted fields plus arft's sections."""
+
+    model: str = EMBEDDED_MODEL
+    """The embedded default, a Hugging Face id, a local directory, or a .gguf file."""
+    training_file: str | None = None
+    validation_file: str | None = None
+    seed: int = 42
+    suffix: str | None = None
+    method: Method
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    run_dir: str | None = None
+    """Where runs are written (default: runs/<job name>-<time>), relative to the current dir."""
+    base_dir: Path = Field(default=Path("."), exclude=True)
+    """The job file's folder (set by the loader); input paths resolve against it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_hosted_noise(cls, data: Any) -> Any:
+        # Objects read back from the hosted API carry read-only fields; accept and ignore them.
+        if isinstance(data, dict):
+            for key in ("object", "id", "created_at", "status", "integrations", "metadata"):
+                data.pop(key, None)
+        return data
+
+    @property
+    def rl(self) -> Reinforcement:
+        return self.method.reinforcement
+
+    def path(self, value: str | None) -> Path | None:
+        """An input path from the job resolved against the job file's folder."""
+        if value is None:
+            return None
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p).resolve()
+
+
+class JobError(ValueError):
+    """A job file that cannot be used; the message names the file, line and field."""
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML/JSON node at ``loc`` (or its nearest ancestor)."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == key), None)
+            if match is None:
+                key_node = next((k for k, _ in node.value if k.value == key), None)
+                return key_node.start_mark.line + 1 if key_node is not None else line
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            continue  # discriminator tags etc. are not part of the document
+        line = node.start_mark.line + 1
+    return line
+
+
+def _known_fields(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = JobSpec
+    for key in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(key) if isinstance(key, str) else None
+        if field is None:
+            continue
+        ann = field.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else model
+    return list(getattr(model, "model_fields", {}))
+
+
+def _format_errors(path: Path, text: str, err: ValidationError) -> str:
+    lines = [f"{path}: invalid job spec"]
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(text, tuple(p for p in loc if not (isinstance(p, str) and p in
+                                                           ("endpoint", "python", "shell", "mcp"))))
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(loc[-1]), _known_fields(loc), n=1)
+            msg = f"unknown field '{loc[-1]}'" + (f" (did you mean '{close[0]}'?)" if close else "")
+        lines.append(f"  {path}:{line or '?'}: {where}: {msg}")
+    return "\n".join(lines)
+
+
+def load_job(path: str | Path) -> JobSpec:
+    """Read a YAML or JSON job file; errors name the file, line and field."""
+    path = Path(path)
+    if not path.exists():
+        raise JobError(f"{path}: job file not found (pass the path of a YAML or JSON job spec)")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise JobError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
+    if not isinstance(data, dict):
+        raise JobError(f"{path}: a job spec must be a mapping at the top level")
+    try:
+        job = JobSpec.model_validate(data)
+    except ValidationError as e:
+        raise JobError(_format_errors(path, text, e)) from None
+    return job.model_copy(update={"base_dir": path.resolve().parent})
