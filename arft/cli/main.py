@@ -1,0 +1,107 @@
+"""The `arft` command line: thin commands that parse, call the library and print.
+
+Heavy modules (torch, transformers) are imported inside the commands so `arft --help` is instant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="arft — Agent Reinforcement Fine-Tuning you run yourself.")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+@app.command("eval")
+def eval_cmd(
+    job_file: Path = typer.Argument(..., help="Job spec (YAML or JSON, hosted Agent RFT shape)."),
+    split: str = typer.Option("validation", help="train | validation (falls back to train)."),
+    samples: Optional[int] = typer.Option(None, help="Rollouts per task (default: eval_samples)."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N tasks."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default: runs/<job>-eval-<time>)."),
+) -> None:
+    """Run traced multi-turn rollouts of every task, grade them and print a summary (the baseline)."""
+    from arft.cli.progress import RolloutProgress
+    from arft.config import JobError, load_job
+    from arft.rollout.evaluate import default_run_dir, evaluate, load_split
+
+    if split not in ("train", "validation"):
+        _fail(f"--split must be train or validation, not '{split}'")
+    try:
+        job = load_job(job_file)
+        tasks = load_split(job, split, limit)  # type: ignore[arg-type]
+    except (JobError, ValueError) as e:
+        _fail(str(e))
+    k = samples or job.rl.hyperparameters.resolved("eval_samples")
+    run_dir = out.resolve() if out else default_run_dir(job_file, job, "eval")
+    with RolloutProgress(console, total=len(tasks) * k) as progress:
+        result = asyncio.run(evaluate(job, tasks, k, run_dir, on_status=progress.status,
+                                      on_done=progress.done))
+    from arft.report.summary import render_summary
+
+    render_summary(result.summary, console)
+    console.print(f"\nrun stored in [bold]{result.run_dir}[/]  —  "
+                  f"inspect one rollout: arft show {result.run_dir} <trace_id>")
+
+
+@app.command("show")
+def show_cmd(run_dir: Path = typer.Argument(..., help="A run directory."),
+             trace_id: Optional[str] = typer.Argument(None, help="A rollout's trace_id (default: list them).")) -> None:
+    """Print one trajectory readably (or list the run's rollouts)."""
+    from arft.report.trajectory import render_trajectory
+    from arft.tracing.store import RunStore
+
+    store = _open_store(run_dir)
+    with store:
+        if trace_id is None:
+            for r in store.rollouts():
+                reward = "—" if r.score is None else f"{r.score.score:.3f}"
+                console.print(f"{r.trace_id}  task={r.task_id}  k={r.sample_index}  "
+                              f"status={r.status}  reward={reward}  calls={len(r.tool_calls)}")
+            return
+        try:
+            rollout = store.rollout(trace_id)
+        except KeyError as e:
+            _fail(str(e))
+        render_trajectory(rollout, console)
+
+
+@app.command("export")
+def export_cmd(run_dir: Path = typer.Argument(..., help="A run directory."),
+               out: Optional[Path] = typer.Option(None, "--out", "-o", help="JSONL file (default: stdout).")) -> None:
+    """Write one JSON object per rollout (trace_id, task, messages, tool calls, reward, status, ...)."""
+    from arft.tracing.export import export_rollouts
+
+    store = _open_store(run_dir)
+    with store:
+        if out is None:
+            n = export_rollouts(store, sys.stdout)
+        else:
+            with out.open("w") as f:
+                n = export_rollouts(store, f)
+    err.print(f"exported {n} rollouts" + (f" to {out}" if out else ""))
+
+
+def _open_store(run_dir: Path):  # type: ignore[no-untyped-def]
+    from arft.tracing.store import RunStore
+
+    path = run_dir / "arft.sqlite"
+    if not path.exists():
+        _fail(f"{run_dir} is not an arft run directory (no arft.sqlite): pass the folder `arft eval` printed")
+    return RunStore(path)
+
+
+if __name__ == "__main__":
+    app()

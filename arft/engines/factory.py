@@ -1,0 +1,17 @@
+"""Build the job's engine (lazily importing the heavy parts)."""
+
+from __future__ import annotations
+
+from arft.config import JobSpec
+from arft.engines.base import ChatEngine, TokenEngine
+
+
+def build_engine(job: JobSpec) -> TokenEngine | ChatEngine:
+    """The engine named by ``job.engine.type`` for ``job.model``."""
+    if job.engine.type == "openai":
+        from arft.engines.openai_engine import OpenAIEngine
+
+        return OpenAIEngine.from_spec(job.model, job.engine)
+    from arft.engines.transformers_engine import TransformersEngine
+
+    return TransformersEngine.from_spec(job.model, job.engine)

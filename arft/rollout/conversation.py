@@ -1,0 +1,142 @@
+"""One conversation with an engine, as the rollout loop sees it.
+
+Two kinds, one small interface (``assistant_turn`` / ``add_tool_results``):
+
+* ``TokenConversation`` keeps the exact token ids: the prompt is rendered once, every sampled id
+  is appended with mask 1 and its logprob, and tool results are *appended* as rendered tokens
+  with mask 0 (token in, token out — nothing is ever decoded and re-tokenized).
+* ``ChatConversation`` talks to a chat-level engine (OpenAI-compatible servers): messages in,
+  message out, no token ids (evaluation only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+from arft.engines.base import ChatEngine, SamplingParams, TokenEngine
+from arft.records import Message
+
+
+@dataclass
+class AssistantTurn:
+    """What one assistant turn produced."""
+
+    message: Message
+    parse_errors: list[str]
+    finish: str
+    """``eos`` | ``stop`` | ``length`` (turn cut by max_new_tokens) | ``context`` (no room left)."""
+
+
+class Conversation(Protocol):
+    async def assistant_turn(self) -> AssistantTurn: ...
+
+    def add_tool_results(self, messages: Sequence[Message]) -> bool:
+        """Append tool results; False when they do not fit in the token budget."""
+        ...
+
+
+def _first_turn_choice(tool_choice: str | dict[str, Any] | None) -> tuple[Any, Any]:
+    """(choice for the first turn, choice for later turns).
+
+    ``required`` and a named tool force a call on the first turn only; forcing every turn would
+    leave the model no way to answer. ``none`` and ``auto`` hold for the whole rollout.
+    """
+    if tool_choice in (None, "auto", "none"):
+        return tool_choice, tool_choice
+    return tool_choice, "auto"
+
+
+@dataclass
+class TokenConversation:
+    """A token-level conversation over a ``TokenEngine`` and a ``ChatFormat``."""
+
+    engine: TokenEngine
+    fmt: Any  # arft.models.chat.ChatFormat (kept untyped to keep this module import-light)
+    params: SamplingParams
+    max_tokens: int
+    tool_choice: str | dict[str, Any] | None = "auto"
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    prompt_len: int = 0
+    _prefill: str = ""
+    _choice: Any = None
+    _later_choice: Any = None
+    _ended_with_eos: bool = False
+
+    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
+        """Render the prompt (and a forced prefill, for ``required`` / a named tool)."""
+        self._choice, self._later_choice = _first_turn_choice(self.tool_choice)
+        rendered = self.fmt.render_prompt(messages, tools, self._choice)
+        self._append(rendered.ids, sampled=False)
+        self._prefill = rendered.prefill
+        self.prompt_len = len(self.token_ids)
+
+    def _append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([1 if sampled else 0] * len(ids))
+        self.logprobs.extend(logprobs if sampled else [0.0] * len(ids))
+
+    async def assistant_turn(self) -> AssistantTurn:
+        room = self.max_tokens - len(self.token_ids)
+        if room <= 0:
+            return AssistantTurn(Message(role="assistant", content=""), [], "context")
+        params = self.params.model_copy(update={
+            "max_new_tokens": min(self.params.max_new_tokens, room),
+            "stop": tuple(dict.fromkeys((*self.params.stop, *self.fmt.stop))),
+        })
+        gen = await self.engine.generate(self.token_ids, params)
+        self._append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
+        self._ended_with_eos = gen.finish_reason == "eos"
+        parsed = self.fmt.parse(self._prefill, gen.text, self._choice)
+        message = Message(role="assistant", content=parsed.content,
+                          tool_calls=tuple(parsed.tool_calls) or None)
+        finish = gen.finish_reason
+        if finish == "length" and len(self.token_ids) >= self.max_tokens:
+            finish = "context"
+        return AssistantTurn(message, list(parsed.errors), finish)
+
+    def add_tool_results(self, messages: Sequence[Message]) -> bool:
+        self._choice = self._later_choice
+        rendered = self.fmt.continuation_ids(self._ended_with_eos, messages, self._choice)
+        if len(self.token_ids) + len(rendered.ids) >= self.max_tokens:
+            return False
+        self._append(rendered.ids, sampled=False)
+        self._prefill = rendered.prefill
+        return True
+
+
+@dataclass
+class ChatConversation:
+    """A message-level conversation over a ``ChatEngine`` (no token ids: evaluation only)."""
+
+    engine: ChatEngine
+    params: SamplingParams
+    max_tokens: int
+    tool_choice: str | dict[str, Any] | None = "auto"
+    messages: list[Message] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tokens_used: int = 0
+    _choice: Any = None
+    _later_choice: Any = None
+
+    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
+        self.messages = list(messages)
+        self.tools = list(tools)
+        self._choice, self._later_choice = _first_turn_choice(self.tool_choice)
+
+    async def assistant_turn(self) -> AssistantTurn:
+        if self.tokens_used >= self.max_tokens:
+            return AssistantTurn(Message(role="assistant", content=""), [], "context")
+        reply = await self.engine.chat(self.messages, self.tools, self._choice if self.tools else None,
+                                       self.params)
+        self.tokens_used = reply.prompt_tokens + reply.completion_tokens
+        self.messages.append(reply.message)
+        finish = {"stop": "eos", "tool_calls": "stop", "length": "length"}.get(reply.finish_reason, "eos")
+        return AssistantTurn(reply.message, [], finish)
+
+    def add_tool_results(self, messages: Sequence[Message]) -> bool:
+        self._choice = self._later_choice
+        self.messages.extend(messages)
+        return True

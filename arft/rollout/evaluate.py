@@ -1,0 +1,90 @@
+"""`arft eval` as a library call: load the job's data, engine, tools and grader, run, store, summarise."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from arft.config import JobSpec
+from arft.records import Rollout, Task
+
+
+@dataclass
+class EvalResult:
+    run_id: str
+    run_dir: Path
+    rollouts: list[Rollout]
+    summary: Any  # arft.report.summary.EvalSummary
+
+
+def default_run_dir(job_path: Path | None, job: JobSpec, kind: str) -> Path:
+    """``job.run_dir`` when set, else ``runs/<job name>-<kind>-<time>`` under the current directory."""
+    if job.run_dir:
+        return Path(job.run_dir).expanduser().resolve()
+    stem = job_path.stem if job_path else "job"
+    return Path("runs").resolve() / f"{stem}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def load_split(job: JobSpec, split: Literal["train", "validation"], limit: int | None) -> list[Task]:
+    """The tasks of one split (validation falls back to train when the job has none)."""
+    from arft.data.dataset import check_task_tools, load_tasks
+
+    name = job.validation_file if split == "validation" and job.validation_file else job.training_file
+    if name is None:
+        raise ValueError("the job names no dataset: set training_file (and validation_file)")
+    path = job.path(name)
+    assert path is not None
+    tasks = load_tasks(path)
+    check_task_tools(tasks, _job_tool_names(job), path)
+    return tasks[:limit] if limit else tasks
+
+
+def _job_tool_names(job: JobSpec) -> set[str] | None:
+    """Names of the job's tools, or None when an MCP server provides names only known at start."""
+    names: set[str] = set()
+    for spec in job.rl.tools:
+        if spec.type == "mcp":
+            return None
+        if spec.type == "python":
+            names.add(spec.name or spec.function.rsplit(":", 1)[-1])
+        else:
+            names.add(spec.name)
+    return names
+
+
+async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,
+                   engine: Any = None, on_status: Callable[[str], None] = lambda s: None,
+                   on_done: Callable[[Rollout], None] | None = None) -> EvalResult:
+    """Run ``samples`` rollouts per task, grade and store them under ``run_dir``."""
+    from arft.engines.factory import build_engine
+    from arft.graders.registry import build_grader
+    from arft.report.summary import summarize
+    from arft.rollout.runner import RolloutRunner
+    from arft.tools.registry import open_toolbox
+    from arft.tracing.store import RunStore
+
+    grader = build_grader(job.rl.grader, job.base_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_id = run_dir.name
+    if engine is None:
+        on_status(f"loading model {job.model}")
+        engine = build_engine(job)
+    on_status("starting tools")
+    toolbox = await open_toolbox(job.rl.tools, job.base_dir)
+    store = RunStore(run_dir / "arft.sqlite")
+    try:
+        store.create_run(run_id, "eval", job.model_dump(mode="json"))
+        runner = RolloutRunner.from_job(job, engine, toolbox, grader, store=store, run_id=run_id,
+                                        run_dir=run_dir)
+        on_status("running rollouts")
+        rollouts = await runner.run_many(tasks, samples, on_done)
+        summary = summarize(rollouts)
+        (run_dir / "summary.json").write_text(json.dumps(summary.model_dump(mode="json"), indent=2))
+        store.finish_run(run_id, "completed")
+    finally:
+        store.close()
+        await toolbox.aclose()
+    return EvalResult(run_id=run_id, run_dir=run_dir, rollouts=rollouts, summary=summary)

@@ -1,0 +1,191 @@
+"""The agent loop: render -> generate -> parse -> run the turn's tool calls concurrently -> append.
+
+``run_rollout`` is a plain async function; every stop condition is an explicit argument
+(``RolloutLimits``). It never raises for anything a model, a tool or an engine can do: the
+returned ``Rollout`` says what happened (status, finish reason, error) and keeps everything
+produced up to that point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from arft.engines.base import EngineError
+from arft.records import Message, Rollout, Task, Timings, ToolCall, ToolCallRecord, new_trace_id
+from arft.rollout.conversation import Conversation, TokenConversation
+from arft.tools.base import Tool, ToolContext, ToolOutcome
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    """Stop conditions of one rollout."""
+
+    max_episode_steps: int = 10
+    """Most tool calls (executed) in the rollout."""
+    on_max_episode_steps: Literal["refuse", "end"] = "refuse"
+    max_turns: int = 8
+    timeout_s: float = 600.0
+    tool_output_max_chars: int = 4000
+
+
+@dataclass
+class _Episode:
+    """Mutable state while the rollout runs; frozen into a ``Rollout`` at the end."""
+
+    trace_id: str
+    messages: list[Message]
+    records: list[ToolCallRecord] = field(default_factory=list)
+    n_turns: int = 0
+    parse_errors: int = 0
+    finish: str = "answer"
+    status: str = "ok"
+    error: str | None = None
+    generate_s: float = 0.0
+    tools_s: float = 0.0
+
+    @property
+    def n_calls(self) -> int:
+        """Tool calls that actually ran (parse errors and refusals do not count)."""
+        return sum(1 for r in self.records if r.status not in ("parse_error", "refused"))
+
+    def end(self, finish: str, status: str, error: str | None = None) -> None:
+        self.finish, self.status, self.error = finish, status, error
+
+
+def task_tool_schemas(task: Task, tools: Mapping[str, Tool]) -> list[dict[str, Any]]:
+    """The schemas shown for ``task``: the row's own ``tools`` (which limit the job's set), else all."""
+    if task.tools is None:
+        return [t.schema for t in tools.values()]
+    return [dict(s) for s in task.tools]
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n...[truncated {len(text) - limit} characters]"
+
+
+async def _run_call(call: ToolCall, tools: Mapping[str, Tool], allowed: set[str],
+                    ctx: ToolContext) -> tuple[ToolOutcome, float]:
+    start = time.perf_counter()
+    name = call.function.name
+    if name not in allowed or name not in tools:
+        outcome = ToolOutcome(
+            output=f"Error: unknown tool '{name}'. Available tools: {', '.join(sorted(allowed)) or 'none'}.",
+            status="tool_error", error=f"unknown tool '{name}'")
+    else:
+        try:
+            outcome = await tools[name].call(call.function.arguments, ctx)
+        except Exception as e:  # a tool bug must not kill the rollout; the model sees the error
+            outcome = ToolOutcome(output=f"Error: {type(e).__name__}: {e}", status="tool_error",
+                                  error=f"tool raised {type(e).__name__}: {e}")
+    return outcome, time.perf_counter() - start
+
+
+async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequence[str],
+                     tools: Mapping[str, Tool], allowed: set[str], limits: RolloutLimits,
+                     item: dict[str, Any], workspace: Path | None) -> list[Message]:
+    """Run one turn's calls concurrently; return the tool messages the model will see."""
+    budget_left = limits.max_episode_steps - ep.n_calls
+    runnable, refused = list(calls[:max(budget_left, 0)]), list(calls[max(budget_left, 0):])
+    start = time.perf_counter()
+    results = await asyncio.gather(*(
+        _run_call(c, tools, allowed, ToolContext(trace_id=ep.trace_id, call_id=c.id, item=item,
+                                                 workspace=workspace, turn=ep.n_turns))
+        for c in runnable))
+    ep.tools_s += time.perf_counter() - start
+    replies: list[Message] = []
+    for call, (outcome, latency) in zip(runnable, results):
+        out = _truncate(outcome.output, limits.tool_output_max_chars)
+        ep.records.append(ToolCallRecord(
+            trace_id=ep.trace_id, call_id=call.id, name=call.function.name,
+            arguments=call.function.arguments, output=out, status=outcome.status,
+            error=outcome.error, http_status=outcome.http_status, latency_s=latency, turn=ep.n_turns))
+        replies.append(Message(role="tool", content=out, tool_call_id=call.id, name=call.function.name))
+    for call in refused:
+        msg = (f"Error: tool-call budget of {limits.max_episode_steps} calls is spent; "
+               "answer with what you have.")
+        ep.records.append(ToolCallRecord(
+            trace_id=ep.trace_id, call_id=call.id, name=call.function.name,
+            arguments=call.function.arguments, output=msg, status="refused",
+            error="max_episode_steps", turn=ep.n_turns))
+        replies.append(Message(role="tool", content=msg, tool_call_id=call.id, name=call.function.name))
+    for i, reason in enumerate(parse_errors):
+        call_id = f"call_parse_error_{ep.n_turns}_{i}"
+        msg = f"Error: your tool call could not be parsed ({reason}). Use the exact tool-call format."
+        ep.records.append(ToolCallRecord(
+            trace_id=ep.trace_id, call_id=call_id, name="", arguments="", output=msg,
+            status="parse_error", error=reason, turn=ep.n_turns))
+        replies.append(Message(role="tool", content=msg, tool_call_id=call_id))
+    return replies
+
+
+async def _episode(ep: _Episode, conv: Conversation, tools: Mapping[str, Tool], allowed: set[str],
+                   limits: RolloutLimits, item: dict[str, Any], workspace: Path | None) -> None:
+    while True:
+        if ep.n_turns >= limits.max_turns:
+            return ep.end("max_turns", "truncated")
+        start = time.perf_counter()
+        turn = await conv.assistant_turn()
+        ep.generate_s += time.perf_counter() - start
+        ep.n_turns += 1
+        ep.messages.append(turn.message)
+        ep.parse_errors += len(turn.parse_errors)
+        calls = list(turn.message.tool_calls or ())
+        if turn.finish == "context":
+            return ep.end("max_tokens", "truncated")
+        if not calls and not turn.parse_errors:
+            status = "truncated" if turn.finish == "length" else "ok"
+            return ep.end("answer" if status == "ok" else "max_tokens", status)
+        if calls and ep.n_calls >= limits.max_episode_steps and limits.on_max_episode_steps == "end":
+            return ep.end("max_episode_steps", "truncated")
+        replies = await _tool_turn(ep, calls, turn.parse_errors, tools, allowed, limits, item, workspace)
+        ep.messages.extend(replies)
+        failed = next((r for r in ep.records if r.status == "infra_error"), None)
+        if failed is not None:
+            return ep.end("infra_failed", "infra_failed", f"tool '{failed.name}': {failed.error}")
+        if not conv.add_tool_results(replies):
+            return ep.end("max_tokens", "truncated")
+
+
+async def run_rollout(conv: Conversation, task: Task, tools: Mapping[str, Tool],
+                      limits: RolloutLimits, *, trace_id: str | None = None, run_id: str = "",
+                      sample_index: int = 0, workspace: Path | None = None) -> Rollout:
+    """Run one episode of ``task``; the conversation must not be started yet."""
+    trace_id = trace_id or new_trace_id()
+    schemas = task_tool_schemas(task, tools)
+    allowed = {s["function"]["name"] for s in schemas if "function" in s}
+    conv.start(task.messages, schemas)  # type: ignore[attr-defined]
+    ep = _Episode(trace_id=trace_id, messages=list(task.messages))
+    t0 = time.perf_counter()
+    try:
+        await asyncio.wait_for(_episode(ep, conv, tools, allowed, limits, task.item, workspace),
+                               timeout=limits.timeout_s)
+    except asyncio.TimeoutError:
+        ep.end("timeout", "truncated", f"rollout exceeded {limits.timeout_s}s")
+    except EngineError as e:
+        ep.end("infra_failed", "infra_failed", f"engine: {e}")
+    except Exception as e:  # a bug: keep the partial episode and say where it broke
+        tb = traceback.format_exc(limit=4)
+        ep.end("error", "error", f"{type(e).__name__}: {e}\n{tb}")
+    return _freeze(ep, conv, task, run_id, sample_index, time.perf_counter() - t0)
+
+
+def _freeze(ep: _Episode, conv: Conversation, task: Task, run_id: str, sample_index: int,
+            total_s: float) -> Rollout:
+    tokens: dict[str, Any] = {}
+    if isinstance(conv, TokenConversation):
+        tokens = dict(token_ids=tuple(conv.token_ids), loss_mask=tuple(conv.loss_mask),
+                      logprobs=tuple(conv.logprobs), prompt_len=conv.prompt_len)
+    return Rollout(
+        trace_id=ep.trace_id, task_id=task.id, sample_index=sample_index, run_id=run_id,
+        messages=tuple(ep.messages), tool_calls=tuple(ep.records), n_turns=ep.n_turns,
+        parse_errors=ep.parse_errors, finish_reason=ep.finish, status=ep.status,  # type: ignore[arg-type]
+        error=ep.error, item=task.item,
+        timings=Timings(generate_s=ep.generate_s, tools_s=ep.tools_s, total_s=total_s), **tokens)
+

@@ -1,0 +1,112 @@
+"""Run many rollouts concurrently, grade each one and store it: the shared core of eval and train."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from arft.config import JobSpec
+from arft.engines.base import ChatEngine, SamplingParams, TokenEngine
+from arft.records import Rollout, Task, new_trace_id
+from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
+from arft.rollout.loop import RolloutLimits, run_rollout
+from arft.tools.registry import Toolbox
+
+
+@dataclass
+class RolloutRunner:
+    """Everything needed to turn (task, sample index) into a graded, stored Rollout."""
+
+    engine: TokenEngine | ChatEngine
+    toolbox: Toolbox
+    grader: Any  # arft.graders.base.Grader
+    limits: RolloutLimits
+    params: SamplingParams
+    max_tokens: int
+    tool_choice: str | dict[str, Any] | None
+    chat_format: Any = None  # arft.models.chat.ChatFormat, for token engines
+    store: Any = None  # arft.tracing.store.RunStore; None keeps rollouts in memory only
+    run_id: str = ""
+    workspace_root: Path | None = None
+    workspace_template: Path | None = None
+    concurrency: int = 32
+
+    @classmethod
+    def from_job(cls, job: JobSpec, engine: TokenEngine | ChatEngine, toolbox: Toolbox, grader: Any,
+                 *, store: Any = None, run_id: str = "", run_dir: Path | None = None) -> "RolloutRunner":
+        """A runner with the job's limits, sampling and workspace settings."""
+        chat_format = None
+        if isinstance(engine, TokenEngine):
+            from arft.models.chat import ChatFormat
+
+            chat_format = ChatFormat(engine.tokenizer, worked_example=job.rollout.worked_example)
+        s = job.sampling
+        template = job.path(job.rollout.workspace)
+        if template is not None and not template.is_dir():
+            raise ValueError(f"rollout.workspace: {template} is not a directory")
+        return cls(
+            engine=engine, toolbox=toolbox, grader=grader, chat_format=chat_format, store=store,
+            limits=RolloutLimits(
+                max_episode_steps=job.rl.max_steps, on_max_episode_steps=job.rollout.on_max_episode_steps,
+                max_turns=job.rollout.max_turns, timeout_s=job.rollout.timeout_s,
+                tool_output_max_chars=job.rollout.tool_output_max_chars),
+            params=SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                                  max_new_tokens=s.max_new_tokens, seed=s.seed),
+            max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice, run_id=run_id,
+            workspace_root=(run_dir / "workspaces") if run_dir else None,
+            workspace_template=template, concurrency=job.rollout.concurrency)
+
+    def conversation(self, task: Task) -> Conversation:
+        choice = task.tool_choice if task.tool_choice is not None else self.tool_choice
+        if isinstance(self.engine, TokenEngine):
+            return TokenConversation(self.engine, self.chat_format, self.params, self.max_tokens, choice)
+        return ChatConversation(self.engine, self.params, self.max_tokens, choice)
+
+    async def run_one(self, task: Task, sample_index: int) -> Rollout:
+        """One rollout of ``task``: run, grade, store."""
+        from arft.graders.registry import grade_rollout
+
+        trace_id = new_trace_id()
+        workspace = self._workspace(trace_id)
+        try:
+            rollout = await run_rollout(self.conversation(task), task, self.toolbox.tools, self.limits,
+                                        trace_id=trace_id, run_id=self.run_id,
+                                        sample_index=sample_index, workspace=workspace)
+            if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
+                score = await grade_rollout(self.grader, rollout)
+                rollout = rollout.model_copy(update={
+                    "score": score,
+                    "timings": rollout.timings.model_copy(update={"grade_s": score.latency_s})})
+        finally:
+            if workspace is not None:
+                from arft.sandbox.workspace import remove_workspace
+
+                remove_workspace(workspace)
+        if self.store is not None:
+            self.store.add_rollout(rollout)
+        return rollout
+
+    def _workspace(self, trace_id: str) -> Path | None:
+        if self.workspace_template is None and not self.toolbox.needs_workspace:
+            return None
+        if self.workspace_root is None:
+            raise ValueError("tools need a workspace: give the runner a run directory")
+        from arft.sandbox.workspace import create_workspace
+
+        return create_workspace(self.workspace_root, self.workspace_template, trace_id)
+
+    async def run_many(self, tasks: Sequence[Task], samples: int,
+                       on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+        """``samples`` rollouts of every task, at most ``concurrency`` at once, in task order."""
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(task: Task, k: int) -> Rollout:
+            async with gate:
+                rollout = await self.run_one(task, k)
+            if on_done is not None:
+                on_done(rollout)
+            return rollout
+
+        return list(await asyncio.gather(*(one(t, k) for t in tasks for k in range(samples))))

@@ -1,0 +1,72 @@
+"""Turn the job's tool specs into live tools, and close them all at the end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from arft.config import EndpointToolSpec, McpToolSpec, PythonToolSpec, ShellToolSpec
+from arft.tools.base import Tool
+
+
+class ToolSetupError(ValueError):
+    """A tool spec that cannot be turned into a tool; the message says which and why."""
+
+
+@dataclass
+class Toolbox:
+    """The job's tools by name, plus whatever must be closed with them (MCP servers)."""
+
+    tools: dict[str, Tool] = field(default_factory=dict)
+    needs_workspace: bool = False
+    """True when a tool runs inside the rollout's workspace (shell tools)."""
+    _closers: list[Any] = field(default_factory=list)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in self.tools:
+            raise ToolSetupError(f"two tools are named '{tool.name}': give one a different name")
+        self.tools[tool.name] = tool
+
+    async def aclose(self) -> None:
+        for tool in self.tools.values():
+            await tool.aclose()
+        for closer in self._closers:
+            await closer.aclose()
+
+
+async def open_toolbox(specs: Sequence[Any], base_dir: Path) -> Toolbox:
+    """Build every tool of the job (starting MCP servers); close with ``Toolbox.aclose``."""
+    box = Toolbox()
+    try:
+        for spec in specs:
+            await _add_spec(box, spec, base_dir)
+    except BaseException:
+        await box.aclose()
+        raise
+    return box
+
+
+async def _add_spec(box: Toolbox, spec: Any, base_dir: Path) -> None:
+    if isinstance(spec, EndpointToolSpec):
+        from arft.tools.endpoint import EndpointTool
+
+        box.add(EndpointTool(spec))
+    elif isinstance(spec, PythonToolSpec):
+        from arft.tools.python_fn import PythonTool
+
+        box.add(PythonTool(spec, base_dir))
+    elif isinstance(spec, ShellToolSpec):
+        from arft.tools.shell import ShellTool
+
+        box.add(ShellTool(spec))
+        box.needs_workspace = True
+    elif isinstance(spec, McpToolSpec):
+        from arft.tools.mcp import open_mcp_server
+
+        server = await open_mcp_server(spec)
+        box._closers.append(server)
+        for tool in server.tools:
+            box.add(tool)
+    else:  # the config's discriminated union makes this a programming error
+        raise ToolSetupError(f"unsupported tool spec {spec!r}")
