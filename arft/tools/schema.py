@@ -147,8 +147,16 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
     try:
         return typing.get_type_hints(target, include_extras=True)
-    except Exception:  # an unresolvable forward reference: fall back to no constraint
-        return {}
+    except Exception:  # one unresolvable forward reference: resolve the others one by one
+        pass
+    namespace = getattr(inspect.unwrap(target), "__globals__", {})
+    hints: dict[str, Any] = {}
+    for name, annotation in getattr(target, "__annotations__", {}).items():
+        try:
+            hints[name] = eval(annotation, namespace) if isinstance(annotation, str) else annotation
+        except Exception:  # left out: that parameter gets no type constraint
+            continue
+    return hints
 
 
 def _json_safe(value: Any) -> bool:

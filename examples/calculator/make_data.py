@@ -1,0 +1,33 @@
+"""Write the calculator example's deterministic train/validation sets (run: python make_data.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+SYSTEM = "You are a careful assistant. Use the calculator tool for arithmetic, then state the result."
+TEMPLATES = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "Please calculate {a} {op} {b}.",
+             "How much is {a} {op} {b}?"]
+
+
+def make_task(rng: random.Random, i: int, split: str) -> dict:
+    op = rng.choice(["*", "+", "-"])
+    a, b = (rng.randint(12, 99), rng.randint(12, 99)) if op == "*" else (rng.randint(100, 999), rng.randint(100, 999))
+    answer = {"*": a * b, "+": a + b, "-": a - b}[op]
+    question = rng.choice(TEMPLATES).format(a=a, op=op, b=b)
+    return {"id": f"{split}-{i:03d}",
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+            "answer": str(answer), "expression": f"{a} {op} {b}"}
+
+
+def main() -> None:
+    here = Path(__file__).parent
+    for split, n, seed in (("train", 64, 1), ("validation", 16, 2)):
+        rng = random.Random(seed)
+        rows = [make_task(rng, i, split) for i in range(n)]
+        (here / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Full `arft eval` paths with real components: a tiny model built from a config, real HTTP tool
+servers on 127.0.0.1, a fake OpenAI-compatible server, the real SQLite store and the CLI."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from typer.testing import CliRunner
+
+from arft.cli.main import app as cli
+from arft.config import load_job
+from arft.engines.transformers_engine import TransformersEngine
+from arft.rollout.evaluate import evaluate, load_split
+from arft.tracing.store import RunStore
+from tests.servers import serve
+
+ROWS = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Look up key {i}."}], "answer": str(i)}
+        for i in range(3)]
+
+
+def write_job(tmp: Path, tools: list[dict[str, Any]], engine: dict[str, Any] | None = None) -> Path:
+    (tmp / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    job = {"model": "smollm2-135m-instruct", "training_file": "val.jsonl", "validation_file": "val.jsonl",
+           "method": {"type": "reinforcement", "reinforcement": {
+               "grader": {"type": "string_check", "name": "exact", "input": "{{ sample.output_text }}",
+                          "reference": "{{ item.answer }}", "operation": "like"},
+               "tools": tools, "max_episode_steps": 3}},
+           "sampling": {"max_new_tokens": 24}, "rollout": {"max_turns": 3, "max_tokens": 1024}}
+    if engine:
+        job["engine"] = engine
+    (tmp / "job.json").write_text(json.dumps(job))
+    return tmp / "job.json"
+
+
+async def test_eval_tiny_model_with_endpoint_tool(tmp_path: Path, tokenizer: Any, tiny_model: Any) -> None:
+    seen: list[dict[str, Any]] = []
+    app = FastAPI()
+
+    @app.post("/lookup")
+    async def lookup(req: Request) -> dict[str, Any]:
+        body = await req.json()
+        seen.append(body)
+        return {"type": "function_call_output", "call_id": body["call_id"], "id": body["id"], "output": "v"}
+
+    with serve(app) as url:
+        job = load_job(write_job(tmp_path, [{"name": "lookup", "server_url": f"{url}/lookup",
+                                             "parameters": {"type": "object", "properties": {"key": {"type": "string"}}}}]))
+        engine = TransformersEngine(tiny_model, tokenizer, max_batch_size=8)
+        try:
+            result = await evaluate(job, load_split(job, "validation", None), 2, tmp_path / "run", engine=engine)
+        finally:
+            await engine.aclose()
+    assert len(result.rollouts) == 6
+    assert {r.status for r in result.rollouts} <= {"ok", "truncated"}
+    assert all(r.score is not None and r.score.error is None for r in result.rollouts)
+    assert all(sum(r.loss_mask) > 0 and len(r.token_ids) == len(r.logprobs) for r in result.rollouts)
+    with RunStore(tmp_path / "run" / "arft.sqlite") as store:
+        stored = store.rollouts()
+    assert {r.trace_id for r in stored} == {r.trace_id for r in result.rollouts}
+    assert result.summary.n_rollouts == 6
+    assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_eval_openai_engine_endpoint_tools_and_cli(tmp_path: Path) -> None:
+    """The whole CLI against real local servers: an OpenAI-compatible model server and a tool."""
+    token = secrets.token_hex(6)
+    tool_bodies: list[dict[str, Any]] = []
+    tools_app = FastAPI()
+
+    @tools_app.post("/lookup")
+    async def lookup(req: Request) -> dict[str, Any]:
+        body = await req.json()
+        tool_bodies.append({"body": body, "auth": req.headers.get("authorization")})
+        key = json.loads(body["arguments"])["key"]
+        return {"type": "function_call_output", "call_id": body["call_id"], "id": body["id"],
+                "output": f"{key}:{token}"}
+
+    model_app = FastAPI()
+
+    @model_app.post("/v1/chat/completions")
+    async def chat(req: Request) -> dict[str, Any]:
+        body = await req.json()
+        last = body["messages"][-1]
+        if last["role"] == "tool":  # answer with the tool's output: proves the result came back
+            message = {"role": "assistant", "content": f"The answer is {last['content'].split(':')[0]}."}
+            finish = "stop"
+        else:
+            key = last["content"].split()[-1].rstrip(".")
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{secrets.token_hex(4)}", "type": "function",
+                "function": {"name": "lookup", "arguments": json.dumps({"key": key})}}]}
+            finish = "tool_calls"
+        return {"id": "x", "object": "chat.completion", "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+    with serve(tools_app) as tools_url, serve(model_app) as model_url:
+        job = write_job(tmp_path, [{"name": "lookup", "server_url": f"{tools_url}/lookup",
+                                    "headers": {"Authorization": "Bearer t0k"}}],
+                        engine={"type": "openai", "base_url": f"{model_url}/v1", "served_model": "m"})
+        out = CliRunner().invoke(cli, ["eval", str(job), "--samples", "2", "--out", str(tmp_path / "run")])
+        assert out.exit_code == 0, out.output
+        exported = CliRunner().invoke(cli, ["export", str(tmp_path / "run")])
+    assert exported.exit_code == 0, exported.output
+    rows = [json.loads(line) for line in exported.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 6 and all(r["reward"] == 1.0 for r in rows)
+    assert len(tool_bodies) == 6 and all(b["auth"] == "Bearer t0k" for b in tool_bodies)
+    by_trace = {b["body"]["trace_id"] for b in tool_bodies}
+    assert by_trace == {r["trace_id"] for r in rows}  # one call per rollout, trace ids match the store
+    assert all(token in r["tool_calls"][0]["output"] for r in rows)
+    shown = CliRunner().invoke(cli, ["show", str(tmp_path / "run"), rows[0]["trace_id"]])
+    assert shown.exit_code == 0 and rows[0]["trace_id"] in shown.output
