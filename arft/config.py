@@ -127,8 +127,8 @@ ToolSpec = Annotated[
 
 
 def _tool_type(raw: Any) -> Any:
-    """The hosted shape has no ``type`` on endpoint tools: infer it from ``server_url``."""
-    if isinstance(raw, dict) and "type" not in raw and "server_url" in raw:
+    """The hosted shape has no ``type`` on its (endpoint) tools: a tool without one is an endpoint."""
+    if isinstance(raw, dict) and "type" not in raw:
         return {"type": "endpoint", **raw}
     return raw
 
@@ -250,6 +250,7 @@ class JobSpec(Spec):
     def _drop_hosted_noise(cls, data: Any) -> Any:
         # Objects read back from the hosted API carry read-only fields; accept and ignore them.
         if isinstance(data, dict):
+            data = dict(data)  # never modify the caller's dict
             for key in ("object", "id", "created_at", "status", "integrations", "metadata"):
                 data.pop(key, None)
         return data
@@ -277,13 +278,14 @@ def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
     except yaml.YAMLError:
         return None
     line = node.start_mark.line + 1 if node is not None else None
-    for key in loc:
+    for depth, key in enumerate(loc):
         if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == key), None)
-            if match is None:
-                key_node = next((k for k, _ in node.value if k.value == key), None)
-                return key_node.start_mark.line + 1 if key_node is not None else line
-            node = match
+            pair = next(((k, v) for k, v in node.value if k.value == key), None)
+            if pair is None:
+                return line
+            if depth == len(loc) - 1:  # the field itself: report the line of its key
+                return pair[0].start_mark.line + 1
+            node = pair[1]
         elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
             node = node.value[key]
         else:
@@ -292,9 +294,16 @@ def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
+_TOOL_TAGS: dict[str, type[BaseModel]] = {
+    "endpoint": EndpointToolSpec, "python": PythonToolSpec, "shell": ShellToolSpec, "mcp": McpToolSpec}
+
+
 def _known_fields(loc: tuple[Any, ...]) -> list[str]:
     model: Any = JobSpec
     for key in loc[:-1]:
+        if isinstance(key, str) and key in _TOOL_TAGS:  # a tool's discriminator tag in the loc
+            model = _TOOL_TAGS[key]
+            continue
         field = getattr(model, "model_fields", {}).get(key) if isinstance(key, str) else None
         if field is None:
             continue
@@ -308,8 +317,7 @@ def _format_errors(path: Path, text: str, err: ValidationError) -> str:
     for e in err.errors():
         loc = tuple(e["loc"])
         where = ".".join(str(p) for p in loc) or "(top level)"
-        line = _line_of(text, tuple(p for p in loc if not (isinstance(p, str) and p in
-                                                           ("endpoint", "python", "shell", "mcp"))))
+        line = _line_of(text, tuple(p for p in loc if not (isinstance(p, str) and p in _TOOL_TAGS)))
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             close = difflib.get_close_matches(str(loc[-1]), _known_fields(loc), n=1)

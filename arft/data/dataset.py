@@ -67,6 +67,9 @@ def load_tasks(path: str | Path) -> list[Task]:
 
 
 def _summarise(path: Path, errors: list[str]) -> str:
+    """One error is reported as is; several get a count header (and are capped)."""
+    if len(errors) == 1:
+        return errors[0]
     shown = errors[:MAX_REPORTED]
     more = len(errors) - len(shown)
     head = f"{path}: {len(errors)} bad row(s); fix them and run again"
@@ -122,7 +125,8 @@ def _parse_message(raw: Any, index: int) -> Message:
                        f"{list(MESSAGE_KEYS)}")
     role = raw.get("role")
     if role not in ROLES:
-        raise RowError(f"{where} has role {role!r}; use one of {list(ROLES)}")
+        got = "no 'role'" if role is None else f"role {role!r}"
+        raise RowError(f"{where} has {got}; use one of {list(ROLES)}")
     tool_calls = _parse_tool_calls(raw.get("tool_calls"), where, role)
     content = _parse_content(raw, where, has_calls=bool(tool_calls))
     tool_call_id = raw.get("tool_call_id")
@@ -243,12 +247,15 @@ def normalise_tool_schema(raw: Any, where: str = "tool") -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def check_task_tools(tasks: Iterable[Task], available: set[str], path: str | Path) -> None:
+def check_task_tools(tasks: Iterable[Task], available: set[str] | None, path: str | Path) -> None:
     """Check that every tool a task names (in ``tools`` or ``tool_choice``) is one the job provides.
 
-    ``available`` is the set of tool names the job's tools expose. Raises ``DatasetError`` naming
-    each offending task and tool and listing the available tools.
+    ``available`` is the set of tool names the job's tools expose, or ``None`` when they are not
+    known before the tools start (an MCP server): then there is nothing to check against yet.
+    Raises ``DatasetError`` naming each offending task and tool and listing the available tools.
     """
+    if available is None:
+        return
     have = ", ".join(sorted(available)) or "(none: the job defines no tools)"
     errors = []
     for task in tasks:

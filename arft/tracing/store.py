@@ -24,6 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pydantic import ValidationError
+
 from arft.records import Rollout
 
 STORE_FORMAT = "arft-run-store"
@@ -224,7 +226,7 @@ class RunStore:
     # -- runs ------------------------------------------------------------------------------
 
     def create_run(self, run_id: str, kind: str, job: dict[str, Any]) -> None:
-        """Record a new run (``kind`` e.g. "eval" or "train") with its job spec, status "running"."""
+        """Record a new run (``kind``: "eval", "train", ...) and its job spec; status "running"."""
         try:
             job_json = json.dumps(job, sort_keys=True)
         except (TypeError, ValueError) as exc:
@@ -272,13 +274,22 @@ class RunStore:
                 "every rollout needs a fresh id (arft.records.new_trace_id())") from exc
 
     def _insert_rollout(self, cur: sqlite3.Cursor, r: Rollout) -> None:
+        data = r.model_dump_json()
+        try:
+            # JSON has no NaN/inf: pydantic writes null, which would make the row unreadable.
+            Rollout.model_validate_json(data)
+        except ValidationError as exc:
+            raise StoreError(
+                f"rollout {r.trace_id!r} does not survive a JSON round trip, usually a NaN or "
+                f"infinite score or logprob ({exc.errors()[0]['loc']}); have the grader set "
+                "Score.error instead of returning NaN") from exc
         cur.execute(
             "INSERT INTO rollouts (trace_id, run_id, task_id, sample_index, status, finish_reason,"
             " reward, n_tool_calls, n_turns, parse_errors, n_tokens, n_sampled_tokens, created_at,"
             " data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (r.trace_id, r.run_id, r.task_id, r.sample_index, r.status, r.finish_reason,
              reward_of(r), len(r.tool_calls), r.n_turns, r.parse_errors, len(r.token_ids),
-             r.n_sampled_tokens, _now(), r.model_dump_json()))
+             r.n_sampled_tokens, _now(), data))
         cur.executemany(
             "INSERT INTO tool_calls (trace_id, call_id, name, status, error, http_status,"
             " latency_s, turn, arguments, output) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -1,0 +1,77 @@
+"""Build a grader from its spec, and grade a rollout without ever raising.
+
+Grader modules are imported only when their type is used, so a heavy grader (a model judge, a
+sandboxed python grader) costs nothing to jobs that do not use it. Adding a grader type is one
+line in ``grader_types``: ``"<type>": "arft.graders.<module>:build"``, where
+``build(spec: dict, base_dir: Path) -> Grader``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from arft.graders.base import Grader, GraderError, build_sample
+from arft.records import Rollout, Score
+
+Builder = Callable[[dict[str, Any], Path], Grader]
+
+
+def grader_types() -> dict[str, str]:
+    """Supported grader types -> ``module:function`` of their builder."""
+    return {
+        "string_check": "arft.graders.string_check:build",
+    }
+
+
+def build_grader(spec: dict[str, Any], base_dir: Path) -> Grader:
+    """The grader for ``spec``; ``base_dir`` (the job file's folder) resolves any file it names.
+
+    Raises ``GraderError`` for a spec that is not a mapping, has no ``type``, has a type arft does
+    not support (listing the supported ones), or has bad fields (naming the grader and field).
+    """
+    types = grader_types()
+    supported = ", ".join(sorted(types))
+    if not isinstance(spec, dict):
+        raise GraderError(f"a grader spec must be a mapping with a 'type' (one of: {supported}), "
+                          f"got {type(spec).__name__}")
+    kind = spec.get("type")
+    if kind is None:
+        raise GraderError(f"grader {spec.get('name', '(unnamed)')!r} has no 'type'; "
+                          f"set it to one of: {supported}")
+    if not isinstance(kind, str) or kind not in types:
+        raise GraderError(f"grader {spec.get('name', '(unnamed)')!r}: type {kind!r} is not "
+                          f"supported; use one of: {supported}")
+    module_name, func_name = types[kind].split(":")
+    builder: Builder = getattr(importlib.import_module(module_name), func_name)
+    return builder(spec, base_dir)
+
+
+def _error_score(name: str, exc: BaseException | str, latency_s: float) -> Score:
+    reason = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return Score(score=0.0, error=f"{name}: {reason}", grader=name, latency_s=latency_s)
+
+
+async def grade_rollout(grader: Grader, rollout: Rollout) -> Score:
+    """Grade ``rollout``; never raises (except cancellation).
+
+    Any exception from building the sample or from the grader, a result that is not a
+    ``Score``, or a non-finite score becomes ``Score(score=0.0, error="<grader>: <reason>")``
+    so the rollout loop can count it as a grader error. ``latency_s`` is the grading time and
+    ``grader`` is the grader's name.
+    """
+    name = str(getattr(grader, "name", None) or type(grader).__name__)
+    start = time.perf_counter()
+    try:
+        score = await grader.grade(build_sample(rollout), rollout.item)
+    except Exception as e:  # noqa: BLE001 - a broken grader must not stop training
+        return _error_score(name, e, time.perf_counter() - start)
+    latency = time.perf_counter() - start
+    if not isinstance(score, Score):
+        return _error_score(name, f"returned {type(score).__name__}, expected a Score", latency)
+    if not math.isfinite(score.score):
+        return _error_score(name, f"returned a non-finite score {score.score}", latency)
+    return score.model_copy(update={"latency_s": latency, "grader": score.grader or name})
