@@ -212,6 +212,10 @@ class ChatFormat:
         self._end_markers = tuple(m for m in (tokenizer.eos_token, *END_OF_TURN_MARKERS) if m)
         self._call_open, self._args_infix, self._close = self._derive_call_syntax()
         self._close_after_eos = self._derive_close_after_eos()
+        # Rendering through the jinja template dominates the loop's own cost: the k samples of a
+        # task share one prompt, and tool results of the same shape share one skeleton.
+        self._prompt_cache: dict[str, Rendered] = {}
+        self._skeletons: dict[tuple[tuple[str, str | None], ...], list[str] | None] = {}
         # Fails now, not mid-run, when the template cannot be extended by appending tokens.
         self._followup_text([Message(role="tool", content="probe", tool_call_id="call_probe0")])
 
@@ -232,10 +236,18 @@ class ChatFormat:
 
         ``none`` lists no tools; a named tool lists only that tool.
         """
+        key = json.dumps([[m.to_openai() for m in messages], list(tools), tool_choice], sort_keys=True)
+        cached = self._prompt_cache.get(key)
+        if cached is not None:
+            return Rendered(list(cached.ids), cached.prefill, cached.text)
         choice = parse_tool_choice(tool_choice)
         text = self.render_text(messages, tools, tool_choice, add_generation_prompt=True)
         prefill = self._prefill(choice)
-        return Rendered(self.encode(text) + self.encode(prefill), prefill, text + prefill)
+        rendered = Rendered(self.encode(text) + self.encode(prefill), prefill, text + prefill)
+        if len(self._prompt_cache) >= 4096:  # bounded: drop the oldest entry
+            self._prompt_cache.pop(next(iter(self._prompt_cache)))
+        self._prompt_cache[key] = rendered
+        return Rendered(list(rendered.ids), prefill, rendered.text)
 
     def parse(self, prefill: str, sampled_text: str, tool_choice: ToolChoice = "auto",
               allowed: set[str] | None = None) -> ParsedTurn:
@@ -383,6 +395,32 @@ class ChatFormat:
         return self._close
 
     def _followup_text(self, messages: Sequence[Message]) -> str:
+        """``_render_followup`` through a cached skeleton: the followup of messages of the same
+        roles and names, rendered once with placeholder contents that are then filled in. Used
+        only when every placeholder appears exactly once (else the template touched the content
+        and every call renders for real)."""
+        key = tuple((m.role, m.name) for m in messages)
+        if key not in self._skeletons:
+            marks = [f"\x00ARFT{i}\x00" for i in range(len(messages))]
+            probe = [m.model_copy(update={"content": mark}) for m, mark in zip(messages, marks)]
+            text = self._render_followup(probe)
+            pieces: list[str] | None = []
+            for mark in marks:
+                head, sep, text = text.partition(mark)
+                if not sep or mark in text or pieces is None:
+                    pieces = None
+                    break
+                pieces.append(head)
+            self._skeletons[key] = None if pieces is None else [*pieces, text]
+        skeleton = self._skeletons[key]
+        if skeleton is None or any(m.content and "\x00ARFT" in m.content for m in messages):
+            return self._render_followup(messages)
+        out = [skeleton[0]]
+        for m, piece in zip(messages, skeleton[1:]):
+            out += [m.content or "", piece]
+        return "".join(out)
+
+    def _render_followup(self, messages: Sequence[Message]) -> str:
         """The text a closed assistant turn is followed by: ``messages`` + the generation prompt.
 
         Rendered after a probe assistant turn that made one call per tool message, as the

@@ -96,7 +96,7 @@ async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequ
     start = time.perf_counter()
     results = await asyncio.gather(*(
         _run_call(c, tools, allowed, ToolContext(trace_id=ep.trace_id, call_id=c.id, item=item,
-                                                 workspace=workspace, turn=ep.n_turns))
+                                                 workspace=workspace, turn=ep.n_turns - 1))
         for c in runnable))
     ep.tools_s += time.perf_counter() - start
     replies: list[Message] = []
@@ -105,7 +105,7 @@ async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequ
         ep.records.append(ToolCallRecord(
             trace_id=ep.trace_id, call_id=call.id, name=call.function.name,
             arguments=call.function.arguments, output=out, status=outcome.status,
-            error=outcome.error, http_status=outcome.http_status, latency_s=latency, turn=ep.n_turns))
+            error=outcome.error, http_status=outcome.http_status, latency_s=latency, turn=ep.n_turns - 1))
         replies.append(Message(role="tool", content=out, tool_call_id=call.id, name=call.function.name))
     for call in refused:
         msg = (f"Error: tool-call budget of {limits.max_episode_steps} calls is spent; "
@@ -113,14 +113,14 @@ async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequ
         ep.records.append(ToolCallRecord(
             trace_id=ep.trace_id, call_id=call.id, name=call.function.name,
             arguments=call.function.arguments, output=msg, status="refused",
-            error="max_episode_steps", turn=ep.n_turns))
+            error="max_episode_steps", turn=ep.n_turns - 1))
         replies.append(Message(role="tool", content=msg, tool_call_id=call.id, name=call.function.name))
     for i, reason in enumerate(parse_errors):
-        call_id = f"call_parse_error_{ep.n_turns}_{i}"
+        call_id = f"call_parse_error_{ep.n_turns - 1}_{i}"
         msg = f"Error: your tool call could not be parsed ({reason}). Use the exact tool-call format."
         ep.records.append(ToolCallRecord(
             trace_id=ep.trace_id, call_id=call_id, name="", arguments="", output=msg,
-            status="parse_error", error=reason, turn=ep.n_turns))
+            status="parse_error", error=reason, turn=ep.n_turns - 1))
         replies.append(Message(role="tool", content=msg, tool_call_id=call_id))
     return replies
 

@@ -342,3 +342,20 @@ def test_prefix_property_across_three_turns(tokenizer: Any, qwen_tok: Any, varia
 def test_rendered_is_a_plain_record() -> None:
     r = Rendered(ids=[1, 2], prefill="")
     assert (r.ids, r.prefill, r.text) == ([1, 2], "", "")
+
+
+def test_cached_followup_skeleton_equals_a_real_render(tokenizer: Any) -> None:
+    """The skeleton cache must give exactly what rendering through the template gives."""
+    fmt = ChatFormat(tokenizer)
+    for contents in (["a"], ["x {{ y }} <|im_end|>", "", "multi\nline\n"], ["é ü 中文"]):
+        msgs = [Message(role="tool", content=c, tool_call_id=f"call_{i}") for i, c in enumerate(contents)]
+        assert fmt._followup_text(msgs) == fmt._render_followup(msgs)
+        assert fmt._followup_text(msgs) == fmt._render_followup(msgs)  # second call: from the cache
+
+
+def test_prompt_cache_returns_independent_copies(tokenizer: Any) -> None:
+    fmt = ChatFormat(tokenizer)
+    msgs = [Message(role="user", content="hi")]
+    a = fmt.render_prompt(msgs, [])
+    a.ids.append(-1)
+    assert fmt.render_prompt(msgs, []).ids[-1] != -1
