@@ -1,0 +1,498 @@
+"""The trainable engine: a Hugging Face causal LM served with continuous batching.
+
+Many rollouts call ``await engine.generate(prompt_ids, params)`` at once. Each call puts a request
+in an inbox; a background batcher task runs the decode loop in a worker thread
+(``asyncio.to_thread``) so the event loop keeps running the tools of other rollouts meanwhile.
+
+The decode loop keeps one left-padded batch with its KV cache. Before every decode step it admits
+waiting requests (up to ``max_batch_size`` rows): they are prefilled together and their cache is
+merged into the running one. Requests with different ``SamplingParams`` share a batch (per-row
+temperature, top-p, top-k, max_new_tokens, stop strings). A row leaves the batch as soon as it
+finishes and its caller gets the result at once, so a long row never makes short ones wait.
+
+Seeds: a request with ``seed`` draws from its own ``torch.Generator`` seeded with it, so the
+same prompt, params and seed give the same tokens whatever else shares the batch (up to
+floating-point differences between batch shapes, which can flip a near tie). Requests without a
+seed share the engine's generator.
+
+The model is used as is (no copy): a trainer may update its weights in place between calls.
+torch and transformers are imported lazily, inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import inspect
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+from arft.engines.base import EngineError, Generation, SamplingParams
+from arft.engines.sampling import RowSampling, sample_rows
+
+if TYPE_CHECKING:
+    import torch
+
+    from arft.config import EngineSpec
+
+
+@dataclass
+class EngineStats:
+    """What the engine has done so far (written by the worker thread; read for monitoring)."""
+
+    requests: int = 0
+    """Requests answered (with a generation or an error)."""
+    generated_tokens: int = 0
+    prefills: int = 0
+    """Prefill forward passes (each admits one or more requests)."""
+    decode_steps: int = 0
+    """Decode forward passes (one token for every row in the batch)."""
+    max_rows: int = 0
+    """Most rows decoded together in one forward pass."""
+    decode_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
+    """How many decode steps ran with each batch size."""
+    prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    params: SamplingParams
+    future: asyncio.Future[Generation]
+    loop: asyncio.AbstractEventLoop
+    delivered: bool = False
+
+
+@dataclass
+class _Row:
+    """One request's decoding state inside the worker thread."""
+
+    request: _Request
+    sampling: RowSampling
+    generator: "torch.Generator | None"
+    stop_window: int
+    """How many trailing tokens to decode when looking for stop strings."""
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+
+    @property
+    def next_position(self) -> int:
+        """Position id of the last sampled token, which the next decode step feeds in."""
+        return len(self.request.prompt) + len(self.tokens) - 1
+
+
+class _Batch:
+    """Rows decoded together: their left-padded attention mask ``[B, T]`` and KV cache."""
+
+    def __init__(self, rows: list[_Row], cache: Any, mask: "torch.Tensor") -> None:
+        self.rows, self.cache, self.mask = rows, cache, mask
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    @property
+    def mergeable(self) -> bool:
+        """Only plain full-attention cache layers can be re-padded and concatenated."""
+        from transformers.cache_utils import DynamicLayer
+
+        return all(type(layer) in (DynamicLayer, _growing_layer()) for layer in self.cache.layers)
+
+    def _layers(self) -> list[Any]:
+        return [layer for layer in self.cache.layers if layer.is_initialized and layer.keys.numel()]
+
+    def select(self, keep: list[int]) -> None:
+        """Keep only rows ``keep``, then drop the padding columns no remaining row needs."""
+        import torch
+
+        idx = torch.tensor(keep, device=self.mask.device)
+        self.rows = [self.rows[i] for i in keep]
+        self.mask = self.mask[idx]
+        for layer in self._layers():
+            layer.keys, layer.values = layer.keys[idx], layer.values[idx]
+        first = int(self.mask.any(dim=0).to(torch.int8).argmax())
+        if first > 0:
+            self.mask = self.mask[:, first:]
+            for layer in self._layers():
+                layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
+
+    def merge(self, other: "_Batch") -> None:
+        """Append ``other``'s rows, left-padding the shorter cache so both have equal length."""
+        import torch
+        import torch.nn.functional as F
+
+        t = max(self.mask.shape[1], other.mask.shape[1])
+
+        def pad(x: torch.Tensor, dim_from_end: int) -> torch.Tensor:
+            missing = t - x.shape[-dim_from_end]
+            if missing == 0:
+                return x
+            spec = (0, 0) * (dim_from_end - 1) + (missing, 0)
+            return F.pad(x, spec)
+
+        self.mask = torch.cat([pad(self.mask, 1), pad(other.mask, 1)], dim=0)
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)], dim=0)
+            mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)], dim=0)
+        self.rows = self.rows + other.rows
+
+
+class TransformersEngine:
+    """A ``TokenEngine`` over a Hugging Face causal LM with continuous batching.
+
+    ``device`` defaults to the device of the model's input embeddings; the model must already
+    be there (it is never moved or copied). Generation uses the model in whatever mode it is
+    in: keep it in eval mode (``load_model`` does) so dropout does not change the policy.
+    ``stats`` counts prefills, decode steps and batch sizes.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
+                 device: str | None = None) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1 (got {max_batch_size}); set engine.max_batch_size")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        embeddings = model.get_input_embeddings()
+        self.device = embeddings.weight.device if device is None else _torch_device(device)
+        self.vocab_size = int(embeddings.num_embeddings)
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.stats = EngineStats()
+        self._cache_kwarg, self._forward_kwargs = _forward_kwargs(model)
+        self._inbox: collections.deque[_Request] = collections.deque()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._rng: "torch.Generator | None" = None
+        self._wakeup: asyncio.Event | None = None
+        self._batcher: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    def from_spec(cls, model_name: str, spec: "EngineSpec") -> "TransformersEngine":
+        """Load ``model_name`` (see ``arft.models.loading.load_model``) with the spec's settings."""
+        from arft.models.loading import load_model
+
+        if spec.type != "transformers":
+            raise ValueError(f"engine.type is '{spec.type}': use the matching engine class, or set "
+                             "engine.type: transformers")
+        model, tokenizer = load_model(model_name, dtype=spec.dtype, device=spec.device)
+        return cls(model, tokenizer, max_batch_size=spec.max_batch_size)
+
+    # ----------------------------------------------------------------- event-loop side
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """Sample a completion of ``prompt_ids``; concurrent calls share forward passes."""
+        if self._closed:
+            raise EngineError("the transformers engine is closed: create a new engine to generate")
+        prompt = self._check_prompt(prompt_ids)
+        if params.max_new_tokens <= 0:
+            return Generation(token_ids=(), logprobs=(), text="", finish_reason="length")
+        loop = asyncio.get_running_loop()
+        self._ensure_batcher(loop)
+        request = _Request(prompt, params, loop.create_future(), loop)
+        with self._lock:
+            self._inbox.append(request)
+        assert self._wakeup is not None
+        self._wakeup.set()
+        return await request.future
+
+    async def aclose(self) -> None:
+        """Stop the batcher; requests still waiting or generating fail with ``EngineError``."""
+        self._closed = True
+        self._stop.set()
+        task, self._batcher = self._batcher, None
+        if task is not None and not task.done():
+            if task.get_loop() is asyncio.get_running_loop():
+                assert self._wakeup is not None
+                self._wakeup.set()
+                await task  # returns after the worker's current step
+            else:
+                task.cancel()
+        with self._lock:
+            waiting, self._inbox = list(self._inbox), collections.deque()
+        for request in waiting:
+            self._deliver(request, EngineError("the transformers engine was closed before this "
+                                               "request ran: create a new engine and retry"))
+
+    def _check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("generate() needs at least one prompt token: render the chat first")
+        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids {bad[:5]} are outside the model's vocabulary "
+                             f"(size {self.vocab_size}): encode with this engine's tokenizer")
+        return prompt
+
+    def _ensure_batcher(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A batcher belongs to one event loop; a new loop (e.g. a new asyncio.run) gets its own.
+        task = self._batcher
+        if task is not None and not task.done() and task.get_loop() is loop:
+            return
+        self._wakeup = asyncio.Event()
+        self._batcher = loop.create_task(self._run_batcher(self._wakeup), name="arft-batcher")
+
+    async def _run_batcher(self, wakeup: asyncio.Event) -> None:
+        while not self._stop.is_set():
+            await wakeup.wait()
+            wakeup.clear()
+            if self._inbox and not self._stop.is_set():
+                try:
+                    await asyncio.to_thread(self._serve)
+                except RuntimeError as e:  # no worker thread to be had (the loop is shutting down)
+                    for request in self._take(len(self._inbox)):
+                        self._deliver(request, EngineError(f"could not start generation ({e}): "
+                                                           "keep the event loop running and retry"))
+
+    @staticmethod
+    def _settle(future: asyncio.Future[Generation], outcome: Generation | BaseException) -> None:
+        if future.done():  # cancelled by its caller, or already failed
+            return
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    def _deliver(self, request: _Request, outcome: Generation | BaseException) -> None:
+        """Hand a result to the waiting caller (safe from any thread)."""
+        if request.delivered:
+            return
+        request.delivered = True
+        self.stats.requests += 1
+        try:
+            request.loop.call_soon_threadsafe(self._settle, request.future, outcome)
+        except RuntimeError:
+            pass  # the caller's event loop is closed: nobody is waiting any more
+
+    # ----------------------------------------------------------------- worker-thread side
+
+    def _take(self, n: int) -> list[_Request]:
+        """Up to ``n`` waiting requests, skipping those whose caller already gave up."""
+        taken: list[_Request] = []
+        with self._lock:
+            while self._inbox and len(taken) < n:
+                request = self._inbox.popleft()
+                if not request.future.done():
+                    taken.append(request)
+        return taken
+
+    def _serve(self) -> None:
+        """Decode until no row is left and nobody waits (runs in a worker thread)."""
+        import torch
+
+        owned: list[_Request] = []
+        try:
+            with torch.inference_mode():
+                self._decode_loop(owned)
+        except Exception as e:  # noqa: BLE001 - every waiting caller must learn about it
+            error = EngineError(f"generation failed ({type(e).__name__}: {e}); the requests of this "
+                                "batch were dropped: check the model and prompts, then retry")
+            error.__cause__ = e
+            for request in owned:
+                self._deliver(request, error)
+        if self._stop.is_set():
+            closed = EngineError("the transformers engine was closed during generation: create a "
+                                 "new engine and retry")
+            for request in owned:
+                self._deliver(request, closed)
+
+    def _decode_loop(self, owned: list[_Request]) -> None:
+        batch: _Batch | None = None
+        while not self._stop.is_set():
+            room = self.max_batch_size - (batch.size if batch else 0)
+            if room > 0 and (batch is None or batch.mergeable):
+                new = self._take(room)
+                owned.extend(new)
+                if new:
+                    fresh = self._retire(self._prefill(new))
+                    if batch is None:
+                        batch = fresh
+                    elif fresh is not None:
+                        batch.merge(fresh)
+            if batch is None:
+                if not self._inbox:
+                    return
+                continue
+            self._decode_step(batch)
+            batch = self._retire(batch)
+            owned[:] = [r for r in owned if not r.delivered]
+
+    def _prefill(self, requests: list[_Request]) -> _Batch:
+        """Run the prompts of ``requests`` (left-padded) and sample each one's first token."""
+        import torch
+        from transformers import DynamicCache
+
+        width = max(len(r.prompt) for r in requests)
+        ids = torch.zeros((len(requests), width), dtype=torch.long)
+        mask = torch.zeros((len(requests), width), dtype=torch.long)
+        for i, r in enumerate(requests):
+            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt)
+            mask[i, width - len(r.prompt):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        cache.layer_class_to_replicate = _growing_layer()
+        batch = _Batch([self._new_row(r) for r in requests], cache, mask)
+        logits = self._forward(ids, batch, positions)
+        self.stats.prefills += 1
+        self.stats.prefill_batch_sizes[len(requests)] += 1
+        self._accept(batch.rows, logits)
+        return batch
+
+    def _decode_step(self, batch: _Batch) -> None:
+        """Feed every row's last sampled token and sample the next one."""
+        import torch
+
+        ids = torch.tensor([[r.tokens[-1]] for r in batch.rows], device=self.device)
+        positions = torch.tensor([[r.next_position] for r in batch.rows], device=self.device)
+        batch.mask = torch.cat([batch.mask, batch.mask.new_ones((batch.size, 1))], dim=1)
+        logits = self._forward(ids, batch, positions)
+        self.stats.decode_steps += 1
+        self.stats.decode_batch_sizes[batch.size] += 1
+        self.stats.max_rows = max(self.stats.max_rows, batch.size)
+        self._accept(batch.rows, logits)
+
+    def _forward(self, ids: "torch.Tensor", batch: _Batch, positions: "torch.Tensor") -> "torch.Tensor":
+        """Last-position logits ``[B, V]``; the batch's cache grows in place."""
+        out = self.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
+                         **{self._cache_kwarg: batch.cache}, **self._forward_kwargs)
+        return out.logits[:, -1, :]
+
+    def _new_row(self, request: _Request) -> _Row:
+        import torch
+
+        p = request.params
+        generator = None
+        if p.seed is not None and p.temperature > 0:
+            generator = torch.Generator(device=self.device).manual_seed(p.seed)
+        # Every token decodes to at least one byte, and a character is at most 4 bytes.
+        window = 4 * max((len(s) for s in p.stop), default=0) + 4
+        return _Row(request, RowSampling(p.temperature, p.top_p, p.top_k), generator, window)
+
+    def _accept(self, rows: list[_Row], logits: "torch.Tensor") -> None:
+        """Sample one token per row, record it and decide whether the row is finished."""
+        import torch
+
+        if self._rng is None:
+            self._rng = torch.Generator(device=self.device)
+            self._rng.seed()  # non-deterministic: requests that want determinism pass a seed
+        tokens, logprobs = sample_rows(logits, [r.sampling for r in rows],
+                                       [r.generator for r in rows], self._rng)
+        for row, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist()):
+            row.tokens.append(token)
+            row.logprobs.append(logprob)
+            row.finish = self._finish_reason(row)
+        self.stats.generated_tokens += len(rows)
+
+    def _finish_reason(self, row: _Row) -> str | None:
+        if row.tokens[-1] in self.eos_ids:
+            return "eos"
+        stops = row.request.params.stop
+        if stops:
+            # Checked after every token, so a match in the tail was completed by the newest token.
+            tail = self.tokenizer.decode(row.tokens[-row.stop_window:], skip_special_tokens=False)
+            if any(s and s in tail for s in stops):
+                return "stop"
+        if len(row.tokens) >= row.request.params.max_new_tokens:
+            return "length"
+        return None
+
+    def _retire(self, batch: _Batch) -> _Batch | None:
+        """Answer finished rows, drop them and rows whose caller gave up; ``None`` when empty."""
+        keep = []
+        for i, row in enumerate(batch.rows):
+            if row.finish is not None:
+                self._deliver(row.request, self._generation(row))
+            elif row.request.future.done():  # cancelled by its caller: stop spending compute
+                row.request.delivered = True
+            else:
+                keep.append(i)
+        if not keep:
+            return None
+        if len(keep) < batch.size:
+            batch.select(keep)
+        return batch
+
+    def _generation(self, row: _Row) -> Generation:
+        text = self.tokenizer.decode(row.tokens, skip_special_tokens=False)
+        return Generation(token_ids=tuple(row.tokens), logprobs=tuple(row.logprobs), text=text,
+                          finish_reason=row.finish)  # type: ignore[arg-type]
+
+
+@functools.cache
+def _growing_layer() -> type:
+    """A ``DynamicLayer`` that appends into spare capacity instead of re-concatenating.
+
+    The stock layer copies its whole cache on every decode step (``torch.cat``); this one keeps
+    ``keys``/``values`` as prefix views of larger buffers and writes new positions in place,
+    which made decode steps ~15% faster (SmolLM2-135M, 32 rows, CPU). Whenever ``keys`` is no
+    longer a prefix view of the buffer (rows selected, merged or trimmed), it is re-buffered.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        spare = 128
+        """Positions allocated ahead each time the buffer is (re)built."""
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.kbuf = self.vbuf = None
+            t = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+            n = key_states.shape[-2]
+            if not self._fits(t + n, key_states):
+                self.kbuf, self.vbuf = self._buffer(self.keys, key_states, t, n), \
+                    self._buffer(self.values, value_states, t, n)
+            self.kbuf[..., t:t + n, :] = key_states
+            self.vbuf[..., t:t + n, :] = value_states
+            self.keys, self.values = self.kbuf[..., :t + n, :], self.vbuf[..., :t + n, :]
+            return self.keys, self.values
+
+        def _fits(self, length: int, new: Any) -> bool:
+            kbuf = self.kbuf
+            if kbuf is None or kbuf.shape[-2] < length or kbuf.shape[:2] != new.shape[:2]:
+                return False
+            if self.keys.dim() != 4:
+                return True
+            return (self.keys.data_ptr() == kbuf.data_ptr() and self.keys.stride() == kbuf.stride()
+                    and self.values.data_ptr() == self.vbuf.data_ptr()
+                    and self.values.stride() == self.vbuf.stride())
+
+        def _buffer(self, old: Any, new: Any, t: int, n: int) -> Any:
+            shape = (*new.shape[:2], t + n + self.spare, new.shape[-1])
+            buf = new.new_empty(shape)
+            if t:
+                buf[..., :t, :] = old
+            return buf
+
+    return GrowingLayer
+
+
+def _torch_device(device: str) -> "torch.device":
+    import torch
+
+    return torch.device(device)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """End-of-turn ids: the tokenizer's eos plus every eos id of the model's generation config."""
+    ids: set[int] = set()
+    sources = [getattr(tokenizer, "eos_token_id", None),
+               getattr(getattr(model, "generation_config", None), "eos_token_id", None)]
+    for value in sources:
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def _forward_kwargs(model: Any) -> tuple[str, dict[str, Any]]:
+    """The cache keyword of this model's forward (renamed in transformers 5) and extra kwargs."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrappers
+    params = inspect.signature(base.forward).parameters
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # prefill: last position only
+    return ("cache" if "cache" in params else "past_key_values"), extra
