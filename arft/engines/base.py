@@ -25,6 +25,11 @@ class SamplingParams(Frozen):
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
     """Stop strings. Generation ends after the token that completes one; those tokens are kept."""
+    stop_unless_followed_by: tuple[str, ...] = ()
+    """After a stop string, look a few tokens ahead: if the text that follows (leading whitespace
+    aside) starts one of these, the stop is cancelled and generation goes on; otherwise the
+    look-ahead tokens are dropped and the completion ends at the stop. Lets a model stopped at
+    ``</tool_call>`` still put several calls in one turn (parallel calls)."""
     seed: int | None = None
 
 

@@ -56,6 +56,10 @@ class EngineStats:
     prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
 
 
+_LOOK_AHEAD_TOKENS = 8
+"""Most tokens sampled after a stop string to see whether a continuation string follows."""
+
+
 @dataclass
 class _Request:
     prompt: list[int]
@@ -77,6 +81,10 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: str | None = None
+    scan_from: int = 0
+    """Stop strings are looked for only in tokens from here on (after a cancelled stop)."""
+    stop_at: int | None = None
+    """While looking ahead after a stop: the number of tokens up to and including the stop."""
 
     @property
     def next_position(self) -> int:
@@ -388,17 +396,40 @@ class TransformersEngine:
         self.stats.generated_tokens += len(rows)
 
     def _finish_reason(self, row: _Row) -> str | None:
+        params = row.request.params
+        if row.stop_at is not None:
+            return self._look_ahead(row)
         if row.tokens[-1] in self.eos_ids:
             return "eos"
-        stops = row.request.params.stop
-        if stops:
+        if params.stop:
             # Checked after every token, so a match in the tail was completed by the newest token.
-            tail = self.tokenizer.decode(row.tokens[-row.stop_window:], skip_special_tokens=False)
-            if any(s and s in tail for s in stops):
+            start = max(row.scan_from, len(row.tokens) - row.stop_window)
+            tail = self.tokenizer.decode(row.tokens[start:], skip_special_tokens=False)
+            if any(s and s in tail for s in params.stop):
+                if params.stop_unless_followed_by and len(row.tokens) < params.max_new_tokens:
+                    row.stop_at = len(row.tokens)
+                    return None
                 return "stop"
-        if len(row.tokens) >= row.request.params.max_new_tokens:
+        if len(row.tokens) >= params.max_new_tokens:
             return "length"
         return None
+
+    def _look_ahead(self, row: _Row) -> str | None:
+        """After a stop: go on if a continuation string follows, else end at the stop."""
+        assert row.stop_at is not None
+        follow = row.request.params.stop_unless_followed_by
+        ahead = self.tokenizer.decode(row.tokens[row.stop_at:], skip_special_tokens=False).lstrip()
+        if row.tokens[-1] not in self.eos_ids:
+            if any(ahead.startswith(f) for f in follow):  # e.g. a second <tool_call>: carry on
+                row.stop_at, row.scan_from = None, len(row.tokens)
+                return self._finish_reason(row)
+            undecided = any(f.startswith(ahead) for f in follow)
+            if undecided and len(row.tokens) - row.stop_at < _LOOK_AHEAD_TOKENS \
+                    and len(row.tokens) < row.request.params.max_new_tokens:
+                return None
+        # The look-ahead tokens were never part of the completion: drop them.
+        del row.tokens[row.stop_at:], row.logprobs[row.stop_at:]
+        return "stop"
 
     def _retire(self, batch: _Batch) -> _Batch | None:
         """Answer finished rows, drop them and rows whose caller gave up; ``None`` when empty."""

@@ -209,6 +209,8 @@ class ChatFormat:
         self.family: str = detect_family(tokenizer) if family == "auto" else family
         self.stop: tuple[str, ...] = (TOOL_CALL_CLOSE,)
         """Stop strings for the engine: the model does not end its turn after a call by itself."""
+        self.stop_unless_followed_by: tuple[str, ...] = (TOOL_CALL_OPEN,)
+        """...unless another call follows at once: parallel calls stay in one turn."""
         self._end_markers = tuple(m for m in (tokenizer.eos_token, *END_OF_TURN_MARKERS) if m)
         self._call_open, self._args_infix, self._close = self._derive_call_syntax()
         self._close_after_eos = self._derive_close_after_eos()

@@ -85,6 +85,7 @@ class TokenConversation:
         params = self.params.model_copy(update={
             "max_new_tokens": min(self.params.max_new_tokens, room),
             "stop": tuple(dict.fromkeys((*self.params.stop, *self.fmt.stop))),
+            "stop_unless_followed_by": self.fmt.stop_unless_followed_by,
         })
         gen = await self.engine.generate(self.token_ids, params)
         self._append(gen.token_ids, sampled=True, logprobs=gen.logprobs)

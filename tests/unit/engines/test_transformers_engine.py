@@ -169,6 +169,26 @@ async def test_stop_string_ends_row_and_keeps_tokens(engine: TransformersEngine,
     assert stopped.text.endswith(stop) or stop in stopped.text
 
 
+async def test_stop_unless_followed_by(engine: TransformersEngine, tokenizer: Any) -> None:
+    """A stop is cancelled when the continuation string follows it, kept (look-ahead dropped)
+    when something else follows: how a turn keeps several tool calls (parallel calls)."""
+    p = prompts(1, seed=4)[0]
+    params = SamplingParams(temperature=1.0, max_new_tokens=20, seed=7)
+    free = await engine.generate(p, params)
+    stop = tokenizer.decode(list(free.token_ids[5:7]))
+    end = next(j for j in range(1, 21) if stop in tokenizer.decode(list(free.token_ids[:j])))
+    after = tokenizer.decode(list(free.token_ids[end:])).lstrip()
+    follows = after[:3]  # what the model really writes next: the stop must be cancelled
+    assert follows
+    go_on = await engine.generate(p, params.model_copy(update={"stop": (stop,),
+                                                                "stop_unless_followed_by": (follows,)}))
+    assert go_on.token_ids == free.token_ids and go_on.finish_reason == free.finish_reason
+    other = await engine.generate(p, params.model_copy(update={
+        "stop": (stop,), "stop_unless_followed_by": ("\u2603never-follows",)}))
+    assert other.finish_reason == "stop" and other.token_ids == free.token_ids[:end]
+    assert len(other.logprobs) == len(other.token_ids)
+
+
 @pytest.fixture(scope="module")
 def eos_model(tokenizer: Any) -> Any:
     """A tiny model whose lm_head favours eos after a few tokens' worth of noise."""
