@@ -11,13 +11,35 @@ TEMPLATES = ["What is {a} {op} {b}?", "Compute {a} {op} {b}.", "Please calculate
              "How much is {a} {op} {b}?"]
 
 
+# Two worked examples as real conversation turns, in the hosted dataset format (assistant
+# tool_calls + tool messages). Measured on the embedded model (8 tasks x 4 samples, T=0.7):
+# without them 0/32 samples call a tool; with them 14/32 do, 13 with the right tool.
+EXAMPLES = [("What is 12 * 7?", "12 * 7", "84"), ("Compute 250 + 431.", "250 + 431", "681")]
+
+
+def worked_examples() -> list[dict]:
+    turns: list[dict] = []
+    for question, expression, result in EXAMPLES:
+        call_id = f"call_example_{result}"
+        turns += [
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": result},
+            {"role": "assistant", "content": f"{expression} = {result}."},
+        ]
+    return turns
+
+
 def make_task(rng: random.Random, i: int, split: str) -> dict:
     op = rng.choice(["*", "+", "-"])
     a, b = (rng.randint(12, 99), rng.randint(12, 99)) if op == "*" else (rng.randint(100, 999), rng.randint(100, 999))
     answer = {"*": a * b, "+": a + b, "-": a - b}[op]
     question = rng.choice(TEMPLATES).format(a=a, op=op, b=b)
     return {"id": f"{split}-{i:03d}",
-            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+            "messages": [{"role": "system", "content": SYSTEM}, *worked_examples(),
+                         {"role": "user", "content": question}],
             "answer": str(answer), "expression": f"{a} {op} {b}"}
 
 

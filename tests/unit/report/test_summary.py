@@ -157,3 +157,15 @@ def test_render_summary_prints_key_fields(summary: EvalSummary) -> None:
         assert needle in text, needle
     assert max(len(line) for line in text.splitlines()) <= 80
     render_summary(summarize([]), Console(record=True, width=80))  # nothing to show: no crash
+
+
+def test_unparseable_calls_are_parse_errors_not_tool_calls() -> None:
+    from tests.unit.tracing.factories import tool_record
+
+    r = make_rollout("t1", score=_s(1.0), calls=[("search", 0)], parse_errors=1)
+    bad = tool_record(r.trace_id, "call_parse_error_0_0", "", turn=0, status="parse_error",
+                      error="tool call 1: invalid JSON")
+    r = r.model_copy(update={"tool_calls": (*r.tool_calls, bad)})
+    s = summarize([r])
+    assert s.tool_calls.mean == 1 and s.tool_calls.parallel_turn_share == 0.0
+    assert set(s.tools) == {"search"} and s.parse_errors_total == 1
