@@ -69,11 +69,17 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,
     grader = build_grader(job.rl.grader, job.base_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id = run_dir.name
+    own_engine = engine is None
     if engine is None:
         on_status(f"loading model {job.model}")
         engine = build_engine(job)
     on_status("starting tools")
-    toolbox = await open_toolbox(job.rl.tools, job.base_dir)
+    try:
+        toolbox = await open_toolbox(job.rl.tools, job.base_dir)
+    except BaseException:
+        if own_engine:
+            await engine.aclose()
+        raise
     store = RunStore(run_dir / "arft.sqlite")
     try:
         store.create_run(run_id, "eval", job.model_dump(mode="json"))
@@ -87,4 +93,6 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,
     finally:
         store.close()
         await toolbox.aclose()
+        if own_engine:
+            await engine.aclose()
     return EvalResult(run_id=run_id, run_dir=run_dir, rollouts=rollouts, summary=summary)

@@ -53,3 +53,10 @@ class Tool(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+def function_tool_schema(name: str, description: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
+    """A completions-format tool schema (``parameters`` default: an object with no properties)."""
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": parameters or {"type": "object", "properties": {}}}}

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from arft.config import EndpointToolSpec
-from arft.tools.base import ToolContext, ToolOutcome
+from arft.tools.base import ToolContext, ToolOutcome, function_tool_schema
 
 MAX_BYTES = 1 << 20
 """The hosted contract's 1 MB limit on a request body and on a response body."""
@@ -78,11 +78,7 @@ class EndpointTool:
 
     @property
     def schema(self) -> dict[str, Any]:
-        return {"type": "function", "function": {
-            "name": self._spec.name,
-            "description": self._spec.description or "",
-            "parameters": self._spec.parameters or {"type": "object", "properties": {}},
-        }}
+        return function_tool_schema(self._spec.name, self._spec.description or "", self._spec.parameters)
 
     async def aclose(self) -> None:
         """Close the pooled connections (safe to call twice)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from arft.config import ShellToolSpec
 from arft.sandbox.process import SandboxError, SandboxLimits, run_sandboxed
-from arft.tools.base import ToolContext, ToolOutcome
+from arft.tools.base import ToolContext, ToolOutcome, function_tool_schema
 
 DEFAULT_DESCRIPTION = (
     "Run a bash command in your own working directory (a private copy of the task's files) and "
@@ -44,16 +44,10 @@ class ShellTool:
 
     @property
     def schema(self) -> dict[str, Any]:
-        return {"type": "function", "function": {
-            "name": self._spec.name,
-            "description": self._spec.description or DEFAULT_DESCRIPTION,
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {
-                    "type": "string", "description": "The bash command line to run."}},
-                "required": ["command"],
-            },
-        }}
+        return function_tool_schema(self._spec.name, self._spec.description or DEFAULT_DESCRIPTION, {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "The bash command line to run."}},
+            "required": ["command"]})
 
     async def call(self, arguments: str, ctx: ToolContext) -> ToolOutcome:
         command, problem = _command(arguments, self._spec.name)

@@ -36,8 +36,8 @@ def write_job(tmp: Path, tools: list[dict[str, Any]], engine: dict[str, Any] | N
     return tmp / "job.json"
 
 
-async def test_eval_tiny_model_with_endpoint_tool(tmp_path: Path, tokenizer: Any, tiny_model: Any) -> None:
-    seen: list[dict[str, Any]] = []
+def lookup_app(seen: list[dict[str, Any]]) -> FastAPI:
+    """A hosted-contract tool endpoint at /lookup that records every request body."""
     app = FastAPI()
 
     @app.post("/lookup")
@@ -45,6 +45,13 @@ async def test_eval_tiny_model_with_endpoint_tool(tmp_path: Path, tokenizer: Any
         body = await req.json()
         seen.append(body)
         return {"type": "function_call_output", "call_id": body["call_id"], "id": body["id"], "output": "v"}
+
+    return app
+
+
+async def test_eval_tiny_model_with_endpoint_tool(tmp_path: Path, tokenizer: Any, tiny_model: Any) -> None:
+    seen: list[dict[str, Any]] = []
+    app = lookup_app(seen)
 
     with serve(app) as url:
         job = load_job(write_job(tmp_path, [{"name": "lookup", "server_url": f"{url}/lookup",
@@ -114,3 +121,35 @@ def test_eval_openai_engine_endpoint_tools_and_cli(tmp_path: Path) -> None:
     assert all(token in r["tool_calls"][0]["output"] for r in rows)
     shown = CliRunner().invoke(cli, ["show", str(tmp_path / "run"), rows[0]["trace_id"]])
     assert shown.exit_code == 0 and rows[0]["trace_id"] in shown.output
+
+
+async def test_endpoint_trace_id_constant_within_and_distinct_across_rollouts(
+        tmp_path: Path, tokenizer: Any) -> None:
+    """Three turns (two parallel calls, one call, answer) against a real HTTP tool server."""
+    from arft.engines.scripted import ScriptedEngine
+
+    bodies: list[dict[str, Any]] = []
+    app = lookup_app(bodies)
+
+    def call(key: str) -> str:
+        return '<tool_call>\n{"name": "lookup", "arguments": {"key": "%s"}}\n</tool_call>' % key
+
+    def reply(prompt_ids: Any) -> str:
+        # tool results after the user's question (the tool block's example has some before it)
+        seen = tokenizer.decode(list(prompt_ids)).split("Look up key")[-1].count("<tool_response>")
+        return {0: call("a") + "\n" + call("b"), 2: call("c")}.get(seen, "The answer is 1.<|im_end|>")
+
+    with serve(app) as url:
+        job = load_job(write_job(tmp_path, [{"name": "lookup", "server_url": f"{url}/lookup"}]))
+        job = job.model_copy(update={"sampling": job.sampling.model_copy(update={"max_new_tokens": 200})})
+        engine = ScriptedEngine(tokenizer, reply)
+        result = await evaluate(job, load_split(job, "validation", None), 2, tmp_path / "run", engine=engine)
+    assert len(result.rollouts) == 6 and len(bodies) == 18
+    for r in result.rollouts:
+        mine = [b for b in bodies if b["trace_id"] == r.trace_id]
+        assert len(mine) == 3  # every call of the rollout carried its trace_id
+        assert {b["item"]["answer"] for b in mine} == {r.item["answer"]}
+        assert [c.turn for c in r.tool_calls] == [0, 0, 1] and r.n_turns == 3
+    assert len({b["trace_id"] for b in bodies}) == 6
+    assert all(isinstance(b["arguments"], str) and b["type"] == "function_call" for b in bodies)
+    assert result.summary.tool_calls.parallel_turn_share == 0.5
