@@ -93,8 +93,13 @@ class McpServer:
             self._client = None
             self._dead = self._dead or "closed"
 
-    async def call_tool(self, remote_name: str, arguments: dict[str, Any]) -> ToolOutcome:
-        """Call one of the server's tools by its own (unprefixed) name."""
+    async def call_tool(self, remote_name: str, arguments: dict[str, Any],
+                        trace_id: str | None = None) -> ToolOutcome:
+        """Call one of the server's tools by its own (unprefixed) name.
+
+        The rollout's ``trace_id`` travels in the request's ``_meta`` (``{"trace_id": ...}``),
+        so an MCP server can tie every call to its rollout as the endpoint contract does.
+        """
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
@@ -103,7 +108,8 @@ class McpServer:
             return self._infra(self._dead or "not started")
         try:
             result = await client.call_tool(remote_name, arguments,
-                                            read_timeout_seconds=self.spec.timeout_s)
+                                            read_timeout_seconds=self.spec.timeout_s,
+                                            meta={"trace_id": trace_id} if trace_id else None)
         except MCPError as e:
             if e.code == CONNECTION_CLOSED:
                 return self._infra(e.message)
@@ -172,7 +178,7 @@ class McpTool:
         if not isinstance(args, dict):
             return ToolOutcome(output=f"the arguments of {self.name} must be a JSON object",
                                status="tool_error", error="bad_arguments")
-        return await self._server.call_tool(self.remote_name, args)
+        return await self._server.call_tool(self.remote_name, args, ctx.trace_id)
 
     async def aclose(self) -> None:
         """Nothing: the session belongs to the server (``McpServer.aclose``)."""

@@ -153,3 +153,32 @@ async def test_endpoint_trace_id_constant_within_and_distinct_across_rollouts(
     assert len({b["trace_id"] for b in bodies}) == 6
     assert all(isinstance(b["arguments"], str) and b["type"] == "function_call" for b in bodies)
     assert result.summary.tool_calls.parallel_turn_share == 0.5
+
+
+async def test_shell_tool_runs_in_a_fresh_workspace_per_rollout(tmp_path: Path, tokenizer: Any) -> None:
+    from arft.engines.scripted import ScriptedEngine
+
+    token = secrets.token_hex(8)
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "secret.txt").write_text(token)
+    job_path = write_job(tmp_path, [{"type": "shell"}])
+    raw = json.loads(job_path.read_text())
+    raw["rollout"]["workspace"] = "repo"
+    raw["sampling"]["max_new_tokens"] = 200
+    job_path.write_text(json.dumps(raw))
+    job = load_job(job_path)
+    script = ('<tool_call>\n{"name": "shell", "arguments": {"command": "cat secret.txt; echo x >> secret.txt; '
+              'wc -l secret.txt"}}\n</tool_call>')
+
+    def reply(prompt_ids: Any) -> str:
+        return script if "<tool_response>" not in tokenizer.decode(list(prompt_ids)).split("Look up key")[-1] \
+            else "done<|im_end|>"
+
+    result = await evaluate(job, load_split(job, "validation", 1), 3, tmp_path / "run",
+                            engine=ScriptedEngine(tokenizer, reply))
+    for r in result.rollouts:
+        out = r.tool_calls[0].output
+        assert r.tool_calls[0].status == "ok", out
+        assert token in out and "1 secret.txt" in out  # each rollout started from a fresh copy
+    assert (tmp_path / "repo" / "secret.txt").read_text() == token  # the template is untouched
+    assert not any((tmp_path / "run" / "workspaces").glob("trace_*"))  # removed after grading

@@ -28,7 +28,7 @@ async def test_lists_calls_and_reports_errors() -> None:
     server = await open_mcp_server(spec(env={"ARFT_TEST_TOKEN": token}))
     try:
         tools = {t.name: t for t in server.tools}
-        assert set(tools) == {"add", "stamp", "fail"}
+        assert set(tools) == {"add", "stamp", "fail", "whoami"}
         assert all(isinstance(t, Tool) for t in tools.values())
         add = tools["add"].schema["function"]
         assert add["description"] == "Add two integers."
@@ -38,6 +38,8 @@ async def test_lists_calls_and_reports_errors() -> None:
         # The token only exists in the server's environment: the call really reached it.
         stamped = await tools["stamp"].call('{"text": "hi"}', CTX)
         assert stamped.status == "ok" and stamped.output == f"hi {token}"
+        # The rollout's trace_id reaches the server in the request's _meta.
+        assert (await tools["whoami"].call("{}", CTX)).output == CTX.trace_id
         failed = await tools["fail"].call('{"reason": "boom"}', CTX)
         assert failed.status == "tool_error" and "failed on purpose: boom" in failed.output
         bad = await tools["add"].call('{"a": "x"}', CTX)
