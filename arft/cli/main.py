@@ -103,5 +103,14 @@ def _open_store(run_dir: Path):  # type: ignore[no-untyped-def]
     return RunStore(path)
 
 
+def _register_grader_commands() -> None:
+    from arft.cli import grader_cmds
+
+    app.command("grade")(grader_cmds.grade_cmd)
+    app.add_typer(grader_cmds.grader_app, name="grader")
+
+
+_register_grader_commands()
+
 if __name__ == "__main__":
     app()

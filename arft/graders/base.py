@@ -14,6 +14,8 @@ status, error and latency) because a grader must be able to see everything the a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import difflib
 import json
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -60,7 +62,7 @@ def _choice_finish_reason(rollout: Rollout, final: Message | None) -> str:
                                                           rollout.finish_reason)
 
 
-def build_sample(rollout: Rollout) -> dict[str, Any]:
+def build_sample(rollout: Rollout, workspace: Path | None = None) -> dict[str, Any]:
     """The ``sample`` namespace graders read, as plain JSON-compatible values.
 
     Keys: ``output_text`` (content of the final assistant message, '' when none),
@@ -68,7 +70,9 @@ def build_sample(rollout: Rollout) -> dict[str, Any]:
     ``output_tools`` (all tool calls of the rollout, chat-completions shape, in order),
     ``choices`` (``[{"index": 0, "message", "finish_reason"}]`` for the final assistant message)
     and ``trajectory`` (``trace_id``, ``messages``, ``tool_calls`` records, ``n_tool_calls``,
-    ``n_turns``, ``parse_errors``, ``finish_reason``, ``status``).
+    ``n_turns``, ``parse_errors``, ``finish_reason``, ``status``), plus ``workspace``: the path
+    of the rollout's workspace while it still exists (graders such as ``tests_pass`` copy it and
+    run the task's tests there), else ``None``.
     """
     final = _final_assistant(rollout)
     output_text = (final.content or "") if final is not None else ""
@@ -93,6 +97,7 @@ def build_sample(rollout: Rollout) -> dict[str, Any]:
             "finish_reason": rollout.finish_reason,
             "status": rollout.status,
         },
+        "workspace": str(workspace) if workspace is not None else None,
     }
 
 

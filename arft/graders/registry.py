@@ -24,6 +24,13 @@ def grader_types() -> dict[str, str]:
     """Supported grader types -> ``module:function`` of their builder."""
     return {
         "string_check": "arft.graders.string_check:build",
+        "text_similarity": "arft.graders.text_similarity:build",
+        "score_model": "arft.graders.model_graders:build_score_model",
+        "label_model": "arft.graders.model_graders:build_label_model",
+        "python": "arft.graders.python_grader:build",
+        "multi": "arft.graders.multi:build",
+        "endpoint": "arft.graders.endpoint:build",
+        "builtin": "arft.graders.builtins:build",
     }
 
 
@@ -55,7 +62,7 @@ def _error_score(name: str, exc: BaseException | str, latency_s: float) -> Score
     return Score(score=0.0, error=f"{name}: {reason}", grader=name, latency_s=latency_s)
 
 
-async def grade_rollout(grader: Grader, rollout: Rollout) -> Score:
+async def grade_rollout(grader: Grader, rollout: Rollout, workspace: Path | None = None) -> Score:
     """Grade ``rollout``; never raises (except cancellation).
 
     Any exception from building the sample or from the grader, a result that is not a
@@ -66,7 +73,7 @@ async def grade_rollout(grader: Grader, rollout: Rollout) -> Score:
     name = str(getattr(grader, "name", None) or type(grader).__name__)
     start = time.perf_counter()
     try:
-        score = await grader.grade(build_sample(rollout), rollout.item)
+        score = await grader.grade(build_sample(rollout, workspace), rollout.item)
     except Exception as e:  # noqa: BLE001 - a broken grader must not stop training
         return _error_score(name, e, time.perf_counter() - start)
     latency = time.perf_counter() - start

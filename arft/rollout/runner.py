@@ -75,7 +75,7 @@ class RolloutRunner:
                                         trace_id=trace_id, run_id=self.run_id,
                                         sample_index=sample_index, workspace=workspace)
             if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
-                score = await grade_rollout(self.grader, rollout)
+                score = await grade_rollout(self.grader, rollout, workspace)
                 rollout = rollout.model_copy(update={
                     "score": score,
                     "timings": rollout.timings.model_copy(update={"grade_s": score.latency_s})})

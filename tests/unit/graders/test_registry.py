@@ -26,7 +26,7 @@ def test_builds_string_check(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("spec, part", [
-    ({"type": "python", "name": "py"}, "grader 'py': type 'python' is not supported"),
+    ({"type": "pyhton", "name": "py"}, "grader 'py': type 'pyhton' is not supported"),
     ({"type": "strng_check"}, "type 'strng_check' is not supported"),
     ({"type": ["string_check"]}, "is not supported"),
     ({"name": "nameless"}, "grader 'nameless' has no 'type'"),
