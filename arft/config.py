@@ -192,6 +192,7 @@ class SamplingSpec(Spec):
     max_new_tokens: int = 256
     """Most tokens the model may write in one assistant turn."""
     seed: int | None = None
+    """Makes evaluation sampling reproducible (each rollout gets its own seed derived from it)."""
 
 
 class RolloutSpec(Spec):
@@ -226,6 +227,47 @@ class BudgetSpec(Spec):
     kind: Literal["linear", "step"] = "linear"
 
 
+class LoraSpec(Spec):
+    """LoRA adapter settings (peft)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] | str = "all-linear"
+
+
+class TrainingSpec(Spec):
+    """arft's RL settings (GRPO-style), beside the hosted hyperparameters."""
+
+    group_size: int = 8
+    """Rollouts per task per step (scaled by ``compute_multiplier``)."""
+    finetune: Literal["lora", "full"] = "lora"
+    lora: LoraSpec = Field(default_factory=LoraSpec)
+    learning_rate: float | None = None
+    """Base learning rate before ``learning_rate_multiplier`` (default: 1e-4 LoRA, 1e-5 full)."""
+    warmup_steps: int = 1
+    lr_decay: Literal["cosine", "linear", "constant"] = "constant"
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 8
+    """Sequences per forward/backward; gradients accumulate over the whole batch."""
+    updates_per_batch: int = 1
+    """Optimizer steps per batch of rollouts (minibatch passes; >1 uses the clipped ratio)."""
+    normalize_std: bool = True
+    """Divide advantages by the group's reward std (GRPO); False keeps reward − mean (Dr. GRPO)."""
+    clip_eps: float = 0.2
+    clip_eps_high: float | None = None
+    kl_coef: float = 0.0
+    """k3 KL to the reference (the base model: with LoRA, the adapter disabled)."""
+    tis_cap: float = 2.0
+    bf16_autocast: bool = True
+    """bf16 autocast for the update on the CPU (measured faster here)."""
+    checkpoint_every: int = 5
+    """Steps between checkpoints (also one at the end)."""
+    max_steps: int | None = None
+    """Stop after this many steps (default: n_epochs over the training set)."""
+
+
 class JobSpec(Spec):
     """A whole job: the hosted fields plus arft's sections."""
 
@@ -240,6 +282,7 @@ class JobSpec(Spec):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
     run_dir: str | None = None
     """Where runs are written (default: runs/<job name>-<time>), relative to the current dir."""
     base_dir: Path = Field(default=Path("."), exclude=True)

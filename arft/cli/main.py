@@ -56,6 +56,60 @@ def eval_cmd(
                   f"inspect one rollout: arft show {result.run_dir} <trace_id>")
 
 
+@app.command("train")
+def train_cmd(
+    job_file: Optional[Path] = typer.Argument(None, help="Job spec (YAML or JSON). Not needed with --resume."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default: runs/<job>-train-<time>)."),
+    resume: Optional[Path] = typer.Option(None, help="Continue this run directory from its latest checkpoint."),
+) -> None:
+    """Reinforcement fine-tuning: rollouts, grades, group-relative advantages, updates, evals."""
+    from arft.cli.progress import TrainDisplay
+    from arft.config import JobError, load_job
+    from arft.rollout.evaluate import default_run_dir
+    from arft.trainer.loop import train
+
+    if resume is not None:
+        job_file = job_file or _job_file_of(resume)
+    if job_file is None:
+        _fail("give a job file (or --resume RUN_DIR)")
+    try:
+        job = load_job(job_file)
+    except JobError as e:
+        _fail(str(e))
+    run_dir = resume.resolve() if resume else (out.resolve() if out else default_run_dir(job_file, job, "train"))
+    if resume is None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "job_path.txt").write_text(str(Path(job_file).resolve()))
+    with TrainDisplay(console) as display:
+        try:
+            result = asyncio.run(train(job, run_dir, resume=resume is not None, hooks=display.hooks()))
+        except ValueError as e:
+            _fail(str(e))
+    display.final(result)
+    console.print(f"\nrun stored in [bold]{run_dir}[/]  —  export the model: arft merge {run_dir} OUT_DIR")
+
+
+def _job_file_of(run_dir: Path) -> Path:
+    marker = run_dir / "job_path.txt"
+    if not marker.exists():
+        _fail(f"{run_dir} does not say which job file it ran: pass the job file too")
+    return Path(marker.read_text().strip())
+
+
+@app.command("merge")
+def merge_cmd(run_dir: Path = typer.Argument(..., help="A training run directory."),
+              out_dir: Path = typer.Argument(..., help="Where to write the merged model.")) -> None:
+    """Write the run's latest checkpoint as a plain Hugging Face model (safetensors + tokenizer)."""
+    from arft.trainer.export import merge_run
+
+    try:
+        path = merge_run(run_dir, out_dir)
+    except ValueError as e:
+        _fail(str(e))
+    console.print(f"merged model written to [bold]{path}[/] — load it with "
+                  f"AutoModelForCausalLM.from_pretrained('{path}')")
+
+
 @app.command("show")
 def show_cmd(run_dir: Path = typer.Argument(..., help="A run directory."),
              trace_id: Optional[str] = typer.Argument(None, help="A rollout's trace_id (default: list them).")) -> None:

@@ -39,3 +39,73 @@ class RolloutProgress:
         mean = sum(self._rewards) / len(self._rewards) if self._rewards else float("nan")
         extra = f"reward {mean:.3f}" + (f"  infra-failed {self._failed}" if self._failed else "")
         self._progress.update(self._task, advance=1, extra=extra)
+
+
+class TrainDisplay:
+    """Live progress for `arft train`: a bar per phase and one summary line per step."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._bar: RolloutProgress | None = None
+
+    def __enter__(self) -> "TrainDisplay":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+    def hooks(self) -> Any:
+        from arft.trainer.loop import Hooks
+
+        return Hooks(status=self._status, phase=self._phase, rollout_done=self._rollout,
+                     step_done=self._step, eval_done=self._eval)
+
+    def _status(self, text: str) -> None:
+        self.console.print(f"[dim]{text}[/]")
+
+    def _phase(self, name: str, total: int) -> None:
+        self._close()
+        self._bar = RolloutProgress(self.console, total).__enter__()
+        self._bar.status(name)
+
+    def _rollout(self, rollout: Rollout) -> None:
+        if self._bar is not None:
+            self._bar.done(rollout)
+
+    def _step(self, step: int, m: dict[str, float]) -> None:
+        self._close()
+        g = m.get
+        self.console.print(
+            f"step {step:3d}  reward {g('train/reward_mean', float('nan')):.3f}  "
+            f"calls/rollout {g('train/tool_calls_mean', float('nan')):.2f}  "
+            f"parse err {int(g('train/parse_errors', 0))}  dropped {int(g('train/groups_dropped', 0))}/"
+            f"{int(g('train/groups', 0))} groups  kl {g('update/kl', 0):.4f}  "
+            f"ent {g('update/entropy', float('nan')):.2f}  clip {g('update/clip_fraction', 0):.2f}  "
+            f"|g| {g('update/grad_norm', 0):.2f}  lr {g('update/lr', 0):.1e}  "
+            f"t {g('time/rollouts_s', 0):.0f}+{g('time/update_s', 0):.0f}s")
+
+    def _eval(self, step: int, summary: Any) -> None:
+        self._close()
+        from arft.report.summary import summary_line
+
+        self.console.print(f"[bold]eval @ step {step}[/]  {summary_line(summary)}")
+
+    def final(self, result: Any) -> None:
+        """Baseline vs final eval, and the tool-calls-per-rollout distribution before vs after."""
+        if not result.evals:
+            return
+        first, last = min(result.evals), max(result.evals)
+        a, b = result.evals[first], result.evals[last]
+        self.console.print(f"\n[bold]eval reward[/]  step {first}: {a.reward.mean}  ->  step {last}: {b.reward.mean}")
+        self.console.print(f"pass@1 {a.pass_rate} -> {b.pass_rate}")
+        keys = sorted(set(a.tool_calls.histogram) | set(b.tool_calls.histogram),
+                      key=lambda k: (k.startswith(">"), int(k.lstrip(">="))))
+        self.console.print("tool calls per rollout   before  after")
+        for k in keys:
+            self.console.print(f"  {k:>4}                  {a.tool_calls.histogram.get(k, 0):6d} "
+                               f"{b.tool_calls.histogram.get(k, 0):6d}")

@@ -408,3 +408,31 @@ def render_summary(summary: EvalSummary, console: Console) -> None:
     console.print()
     if summary.tools:
         console.print(_tools_table(summary))
+
+
+def flat_metrics(summary: EvalSummary, prefix: str) -> dict[str, float]:
+    """The summary as flat ``prefix/name -> number`` metrics (missing values left out, never 0)."""
+    values: dict[str, float | int | None] = {
+        "reward_mean": summary.reward.mean, "reward_std": summary.reward.std,
+        "pass_rate": summary.pass_rate, "rollouts": summary.n_rollouts,
+        "infra_failed": summary.n_infra_failed, "grader_errors": summary.reward.n_grader_errors,
+        "tool_calls_mean": summary.tool_calls.mean, "tool_calls_p50": summary.tool_calls.p50,
+        "tool_calls_p95": summary.tool_calls.p95, "tool_calls_max": summary.tool_calls.max,
+        "parallel_turn_share": summary.tool_calls.parallel_turn_share,
+        "parse_errors": summary.parse_errors_total,
+        "tokens_mean": summary.tokens.mean_tokens, "sampled_tokens_mean": summary.tokens.mean_sampled_tokens,
+        "tokens_per_tool_call": summary.tokens.sampled_tokens_per_tool_call,
+        "time_generate_s": summary.timings.generate_s, "time_tools_s": summary.timings.tools_s,
+        "time_grade_s": summary.timings.grade_s,
+    }
+    for k, v in summary.pass_at_k.items():
+        values[f"pass@{k}"] = v
+    for name, mean in summary.reward.sub_score_means.items():
+        values[f"sub/{name}"] = mean
+    for name, tool in summary.tools.items():
+        values[f"tool/{name}/calls"] = tool.calls
+        values[f"tool/{name}/errors"] = tool.errors
+        values[f"tool/{name}/latency_mean_s"] = tool.mean_latency_s
+    for n_calls, count in summary.tool_calls.histogram.items():
+        values[f"tool_calls_hist/{n_calls}"] = count
+    return {f"{prefix}/{k}": float(v) for k, v in values.items() if v is not None}

@@ -56,6 +56,8 @@ class TokenConversation:
     params: SamplingParams
     max_tokens: int
     tool_choice: str | dict[str, Any] | None = "auto"
+    seed: int | None = None
+    """Base seed of this rollout's sampling (turn t samples with ``seed + t``); None = random."""
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -64,6 +66,7 @@ class TokenConversation:
     _choice: Any = None
     _later_choice: Any = None
     _ended_with_eos: bool = False
+    _turns: int = 0
 
     def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
         """Render the prompt (and a forced prefill, for ``required`` / a named tool)."""
@@ -83,11 +86,13 @@ class TokenConversation:
         if room <= 0:
             return AssistantTurn(Message(role="assistant", content=""), [], "context")
         params = self.params.model_copy(update={
+            "seed": None if self.seed is None else self.seed + self._turns,
             "max_new_tokens": min(self.params.max_new_tokens, room),
             "stop": tuple(dict.fromkeys((*self.params.stop, *self.fmt.stop))),
             "stop_unless_followed_by": self.fmt.stop_unless_followed_by,
         })
         gen = await self.engine.generate(self.token_ids, params)
+        self._turns += 1
         self._append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
         self._ended_with_eos = gen.finish_reason == "eos"
         parsed = self.fmt.parse(self._prefill, gen.text, self._choice)

@@ -86,7 +86,7 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,
         runner = RolloutRunner.from_job(job, engine, toolbox, grader, store=store, run_id=run_id,
                                         run_dir=run_dir)
         on_status("running rollouts")
-        rollouts = await runner.run_many(tasks, samples, on_done)
+        rollouts = await runner.run_many(tasks, samples, on_done, seed=job.sampling.seed)
         summary = summarize(rollouts)
         (run_dir / "summary.json").write_text(json.dumps(summary.model_dump(mode="json"), indent=2))
         store.finish_run(run_id, "completed")

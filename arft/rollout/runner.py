@@ -53,25 +53,26 @@ class RolloutRunner:
                 max_turns=job.rollout.max_turns, timeout_s=job.rollout.timeout_s,
                 tool_output_max_chars=job.rollout.tool_output_max_chars),
             params=SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                  max_new_tokens=s.max_new_tokens, seed=s.seed),
+                                  max_new_tokens=s.max_new_tokens),
             max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice, run_id=run_id,
             workspace_root=(run_dir / "workspaces") if run_dir else None,
             workspace_template=template, concurrency=job.rollout.concurrency)
 
-    def conversation(self, task: Task) -> Conversation:
+    def conversation(self, task: Task, seed: int | None = None) -> Conversation:
         choice = task.tool_choice if task.tool_choice is not None else self.tool_choice
         if isinstance(self.engine, TokenEngine):
-            return TokenConversation(self.engine, self.chat_format, self.params, self.max_tokens, choice)
+            return TokenConversation(self.engine, self.chat_format, self.params, self.max_tokens, choice,
+                                     seed=seed)
         return ChatConversation(self.engine, self.params, self.max_tokens, choice)
 
-    async def run_one(self, task: Task, sample_index: int) -> Rollout:
-        """One rollout of ``task``: run, grade, store."""
+    async def run_one(self, task: Task, sample_index: int, seed: int | None = None) -> Rollout:
+        """One rollout of ``task``: run, grade, store (``seed``: see ``TokenConversation``)."""
         from arft.graders.registry import grade_rollout
 
         trace_id = new_trace_id()
         workspace = self._workspace(trace_id)
         try:
-            rollout = await run_rollout(self.conversation(task), task, self.toolbox.tools, self.limits,
+            rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.tools, self.limits,
                                         trace_id=trace_id, run_id=self.run_id,
                                         sample_index=sample_index, workspace=workspace)
             if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
@@ -98,15 +99,22 @@ class RolloutRunner:
         return create_workspace(self.workspace_root, self.workspace_template, trace_id)
 
     async def run_many(self, tasks: Sequence[Task], samples: int,
-                       on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
-        """``samples`` rollouts of every task, at most ``concurrency`` at once, in task order."""
+                       on_done: Callable[[Rollout], None] | None = None,
+                       seed: int | None = None) -> list[Rollout]:
+        """``samples`` rollouts of every task, at most ``concurrency`` at once, in task order.
+
+        With ``seed``, rollout (i, k) samples from seed ``seed + 1000 * (samples * i + k)``: the
+        same seed reproduces the same rollouts whatever else runs concurrently.
+        """
         gate = asyncio.Semaphore(self.concurrency)
 
-        async def one(task: Task, k: int) -> Rollout:
+        async def one(i: int, task: Task, k: int) -> Rollout:
+            rollout_seed = None if seed is None else seed + 1000 * (samples * i + k)
             async with gate:
-                rollout = await self.run_one(task, k)
+                rollout = await self.run_one(task, k, rollout_seed)
             if on_done is not None:
                 on_done(rollout)
             return rollout
 
-        return list(await asyncio.gather(*(one(t, k) for t in tasks for k in range(samples))))
+        return list(await asyncio.gather(*(one(i, t, k) for i, t in enumerate(tasks)
+                                           for k in range(samples))))

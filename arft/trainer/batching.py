@@ -1,0 +1,77 @@
+"""Rollouts -> TrainBatch -> padded tensors. The only place rollouts become training data.
+
+The trainer sees token ids, the loss mask (1 on sampled assistant tokens only), the engine's
+logprobs of those tokens and one advantage per sequence — nothing about tools or templates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from arft.records import Rollout, TrainBatch
+
+if TYPE_CHECKING:
+    import torch
+
+
+def to_train_batch(rollouts: Sequence[Rollout], advantages: Sequence[float | None]) -> TrainBatch:
+    """The rollouts that train: an advantage, token ids and at least one sampled token.
+
+    Infra-failed rollouts must already have ``None`` advantages (they were never graded); they
+    are checked again here because an infrastructure failure must add nothing to the gradient.
+    """
+    keep = [(r, a) for r, a in zip(rollouts, advantages, strict=True)
+            if a is not None and r.status != "infra_failed" and r.token_ids and any(r.loss_mask)]
+    return TrainBatch(
+        input_ids=tuple(r.token_ids for r, _ in keep), loss_mask=tuple(r.loss_mask for r, _ in keep),
+        old_logprobs=tuple(r.logprobs for r, _ in keep), advantages=tuple(float(a) for _, a in keep),
+        trace_ids=tuple(r.trace_id for r, _ in keep))
+
+
+@dataclass
+class Tensors:
+    """One micro-batch, right-padded: ``[B, T]`` tensors plus ``[B]`` advantages.
+
+    ``targets``/``target_mask``/``old_logprobs`` are shifted by one: position ``t`` holds the
+    token predicted from the logits at ``t``.
+    """
+
+    input_ids: "torch.Tensor"
+    attention_mask: "torch.Tensor"
+    target_mask: "torch.Tensor"
+    targets: "torch.Tensor"
+    old_logprobs: "torch.Tensor"
+    advantages: "torch.Tensor"
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.target_mask.sum())
+
+
+def micro_batches(batch: TrainBatch, size: int, pad_id: int = 0) -> list[Tensors]:
+    """Split ``batch`` into right-padded micro-batches of at most ``size`` sequences.
+
+    Sequences are sorted by length first so each micro-batch pads little.
+    """
+    import torch
+
+    order = sorted(range(len(batch.input_ids)), key=lambda i: len(batch.input_ids[i]))
+    out = []
+    for start in range(0, len(order), size):
+        idx = order[start:start + size]
+        t = max(len(batch.input_ids[i]) for i in idx)
+        ids = torch.full((len(idx), t), pad_id, dtype=torch.long)
+        attn = torch.zeros((len(idx), t), dtype=torch.long)
+        mask = torch.zeros((len(idx), t), dtype=torch.float32)
+        old = torch.zeros((len(idx), t), dtype=torch.float32)
+        for row, i in enumerate(idx):
+            n = len(batch.input_ids[i])
+            ids[row, :n] = torch.tensor(batch.input_ids[i])
+            attn[row, :n] = 1
+            mask[row, :n] = torch.tensor(batch.loss_mask[i], dtype=torch.float32)
+            old[row, :n] = torch.tensor(batch.old_logprobs[i], dtype=torch.float32)
+        out.append(Tensors(
+            input_ids=ids, attention_mask=attn, targets=ids[:, 1:], target_mask=mask[:, 1:],
+            old_logprobs=old[:, 1:], advantages=torch.tensor([batch.advantages[i] for i in idx])))
+    return out

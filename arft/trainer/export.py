@@ -1,0 +1,60 @@
+"""`arft merge`: turn a run's latest checkpoint into a plain Hugging Face model directory.
+
+The result (safetensors weights, config, tokenizer and chat template) loads with
+``AutoModelForCausalLM.from_pretrained(OUT_DIR)`` — no arft, no peft.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from arft.config import JobSpec
+
+
+def run_job(run_dir: Path) -> JobSpec:
+    """The job a training run was started with (from its store)."""
+    from arft.tracing.store import RunStore
+
+    path = run_dir / "arft.sqlite"
+    if not path.exists():
+        raise ValueError(f"{run_dir} is not an arft run directory (no arft.sqlite)")
+    with RunStore(path) as store:
+        runs = [r for r in store.runs() if r["kind"] == "train"]
+    if not runs:
+        raise ValueError(f"{run_dir} holds no training run: `arft merge` needs a run from `arft train`")
+    return JobSpec.model_validate(runs[0]["job"])
+
+
+def merge_run(run_dir: Path, out_dir: Path, model: Any = None, tokenizer: Any = None) -> Path:
+    """Write the merged model of ``run_dir``'s latest checkpoint to ``out_dir``."""
+    import torch
+    from safetensors.torch import load_file
+
+    from arft.models.loading import load_model
+    from arft.trainer.checkpoints import latest_checkpoint
+    from arft.trainer.learner import wrap_policy
+
+    job = run_job(run_dir)
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise ValueError(f"{run_dir} has no checkpoint yet: train at least `checkpoint_every` steps")
+    if model is None:
+        model, tokenizer = load_model(job.model, dtype="float32", device="cpu")
+    model = model.float()
+    policy = wrap_policy(model, job.training, job.seed)
+    state = load_file(str(checkpoint / "trainable.safetensors"))
+    if job.training.finetune == "lora":
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(policy, state)
+        merged = policy.merge_and_unload()
+    else:
+        policy.load_state_dict(state)
+        merged = policy
+    merged = merged.to(torch.bfloat16)
+    merged.config.torch_dtype = torch.bfloat16
+    out_dir.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)  # includes the chat template
+    return out_dir

@@ -1,0 +1,165 @@
+"""The learner: wraps the policy (LoRA or full), owns the optimizer and scheduler, runs updates.
+
+``update(batch)`` sees only a ``TrainBatch`` (token ids, masks, engine logprobs, advantages).
+With LoRA the reference policy for the KL term is the same model with the adapter disabled —
+no second copy of the weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import asdict
+from typing import Any, Iterator
+
+from arft.config import TrainingSpec
+from arft.records import TrainBatch
+from arft.trainer.batching import Tensors, micro_batches
+from arft.trainer.loss import LossConfig, LossStats, policy_loss, token_logprobs
+
+
+def wrap_policy(model: Any, spec: TrainingSpec, seed: int) -> Any:
+    """The trainable policy: a peft LoRA model (base weights frozen) or the model itself."""
+    import torch
+
+    if spec.finetune == "full":
+        return model.float()  # full fine-tuning keeps fp32 master weights
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)  # adapter init is part of the run's determinism
+    config = LoraConfig(r=spec.lora.r, lora_alpha=spec.lora.alpha, lora_dropout=spec.lora.dropout,
+                        target_modules=spec.lora.target_modules, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)  # adapters are fp32 (autocast_adapter_dtype)
+
+
+def base_learning_rate(spec: TrainingSpec, multiplier: float) -> float:
+    base = spec.learning_rate if spec.learning_rate is not None else (
+        1e-4 if spec.finetune == "lora" else 1e-5)
+    return base * multiplier
+
+
+class Learner:
+    """Optimizer + schedule + the update step over ``TrainBatch`` es."""
+
+    def __init__(self, policy: Any, spec: TrainingSpec, lr: float, total_steps: int,
+                 temperature: float, pad_id: int) -> None:
+        import torch
+
+        self.policy, self.spec, self.pad_id = policy, spec, pad_id
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the policy has no trainable parameters: check training.finetune / lora")
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=spec.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: _lr_factor(step, spec, max(total_steps, 1)))
+        self.loss_cfg = LossConfig(clip_eps=spec.clip_eps, clip_eps_high=spec.clip_eps_high,
+                                   kl_coef=spec.kl_coef, tis_cap=spec.tis_cap, temperature=temperature)
+        self._ref: Any = None
+        if spec.kl_coef > 0 and spec.finetune == "full":
+            import copy
+
+            self._ref = copy.deepcopy(policy).eval().requires_grad_(False)
+
+    def update(self, batch: TrainBatch) -> dict[str, float]:
+        """One or more optimizer steps on ``batch``; returns the update's metrics."""
+        import torch
+
+        mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id)
+        total = sum(mb.n_tokens for mb in mbs)
+        if total == 0:
+            return {"update/tokens": 0.0}
+        self.policy.train()
+        old = [self._logprobs_no_grad(mb) for mb in mbs] if self.spec.updates_per_batch > 1 else None
+        ref = [self._ref_logprobs(mb) for mb in mbs] if self.loss_cfg.kl_coef > 0 else None
+        stats, norms = LossStats(), []
+        for _ in range(self.spec.updates_per_batch):
+            for i, mb in enumerate(mbs):
+                with self._autocast():
+                    lp, entropy = token_logprobs(self.policy, mb, self.loss_cfg.temperature)
+                old_lp = old[i] if old is not None else lp.detach()
+                adv = mb.advantages.unsqueeze(1).expand_as(mb.target_mask)[mb.target_mask.bool()]
+                engine_lp = mb.old_logprobs[mb.target_mask.bool()]
+                loss, s = policy_loss(lp, old_lp, engine_lp, adv, self.loss_cfg,
+                                      ref[i] if ref is not None else None)
+                (loss / total).backward()
+                s.entropy = float(entropy.sum())
+                stats.add(s)
+            norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, self.spec.max_grad_norm)))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.policy.eval()
+        n = max(stats.tokens, 1.0)
+        return {"update/tokens": total, "update/kl": stats.kl / n, "update/entropy": stats.entropy / n,
+                "update/clip_fraction": stats.clipped / n, "update/ratio_mean": stats.ratio / n,
+                "update/tis_truncated_fraction": stats.tis_truncated / n,
+                "update/grad_norm": max(norms), "update/lr": self.optimizer.param_groups[0]["lr"]}
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        import torch
+
+        device = next(self.policy.parameters()).device.type
+        if self.spec.bf16_autocast:
+            return torch.autocast(device, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _logprobs_no_grad(self, mb: Tensors) -> Any:
+        import torch
+
+        with torch.no_grad(), self._autocast():
+            return token_logprobs(self.policy, mb, self.loss_cfg.temperature)[0]
+
+    def _ref_logprobs(self, mb: Tensors) -> Any:
+        import torch
+
+        with torch.no_grad(), self._autocast(), self._reference() as ref:
+            return token_logprobs(ref, mb, self.loss_cfg.temperature)[0]
+
+    @contextlib.contextmanager
+    def _reference(self) -> Iterator[Any]:
+        if self._ref is not None:
+            yield self._ref
+        else:  # LoRA: the base model is the policy with the adapter switched off
+            with self.policy.disable_adapter():
+                yield self.policy
+
+    # ------------------------------------------------------------------ state
+
+    def trainable_state(self) -> dict[str, Any]:
+        """The weights that change: the adapter (LoRA) or the whole model (full)."""
+        if self.spec.finetune == "lora":
+            from peft import get_peft_model_state_dict
+
+            return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.policy).items()}
+        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+
+    def load_trainable_state(self, state: dict[str, Any]) -> None:
+        if self.spec.finetune == "lora":
+            from peft import set_peft_model_state_dict
+
+            result = set_peft_model_state_dict(self.policy, state)
+            unexpected = getattr(result, "unexpected_keys", [])
+            if unexpected:
+                raise ValueError(f"checkpoint has adapter keys this model lacks: {unexpected[:3]}")
+        else:
+            self.policy.load_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "spec": asdict(self.loss_cfg)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _lr_factor(step: int, spec: TrainingSpec, total: int) -> float:
+    """Linear warmup, then constant / linear / cosine decay to 10 % at the last step."""
+    if step < spec.warmup_steps:
+        return (step + 1) / (spec.warmup_steps + 1)
+    if spec.lr_decay == "constant":
+        return 1.0
+    progress = min((step - spec.warmup_steps) / max(total - spec.warmup_steps, 1), 1.0)
+    if spec.lr_decay == "linear":
+        return 1.0 - 0.9 * progress
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))

@@ -1,0 +1,99 @@
+"""The policy-gradient loss: token-level clipped surrogate, optional k3 KL, truncated IS.
+
+Only sampled assistant tokens count (the loss mask). Logits are computed only at those
+positions (the vocabulary projection is the most expensive part of the update for a 49k
+vocabulary), from the hidden states of the backbone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from arft.trainer.batching import Tensors
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    clip_eps: float = 0.2
+    """PPO clip range of the ratio against the logprobs at sampling time."""
+    clip_eps_high: float | None = None
+    """Upper clip (DAPO 'clip-higher'); ``None`` = ``clip_eps``."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL estimate to the reference policy (0 = no reference pass)."""
+    tis_cap: float = 2.0
+    """Truncation of the importance weight trainer/engine logprobs (engine precision differs)."""
+    temperature: float = 1.0
+    """The sampling temperature: logprobs are of logits / temperature, as the engine records."""
+
+
+def _split(model: Any) -> tuple[Any, Any]:
+    """(backbone returning hidden states, output projection) of a causal LM, peft-wrapped or not."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.model, base.get_output_embeddings()
+
+
+def token_logprobs(model: Any, mb: "Tensors", temperature: float) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Logprobs of the target tokens at masked positions (``[N]``) and the entropy there (``[N]``)."""
+    import torch
+
+    backbone, head = _split(model)
+    hidden = backbone(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+    sel = mb.target_mask.bool()
+    h = hidden[:, :-1, :][sel]  # [N, H]: only the positions that predict sampled tokens
+    logits = head(h).float() / max(temperature, 1e-6)
+    logp = torch.log_softmax(logits, dim=-1)
+    lp = logp.gather(-1, mb.targets[sel].unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(logp.exp() * logp).sum(-1)
+    return lp, entropy
+
+
+@dataclass
+class LossStats:
+    """Sums over masked tokens (divide by the token count for means)."""
+
+    tokens: float = 0.0
+    clipped: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    ratio: float = 0.0
+    tis_truncated: float = 0.0
+
+    def add(self, other: "LossStats") -> None:
+        for k in vars(self):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+
+def policy_loss(lp: "torch.Tensor", old_lp: "torch.Tensor", engine_lp: "torch.Tensor",
+                adv: "torch.Tensor", cfg: LossConfig, ref_lp: "torch.Tensor | None" = None
+                ) -> tuple["torch.Tensor", LossStats]:
+    """Sum over tokens of the clipped surrogate (to be divided by the batch's token count).
+
+    ``lp``: current logprobs (with grad); ``old_lp``: the trainer's logprobs before this batch's
+    updates (no grad); ``engine_lp``: what the engine recorded at sampling; ``adv``: per token.
+    """
+    import torch
+
+    ratio = torch.exp(lp - old_lp)
+    high = cfg.clip_eps_high if cfg.clip_eps_high is not None else cfg.clip_eps
+    clipped_ratio = ratio.clamp(1 - cfg.clip_eps, 1 + high)
+    surrogate = torch.minimum(ratio * adv, clipped_ratio * adv)
+    # Engine and trainer compute logprobs differently (precision, kernels): reweight by the
+    # truncated ratio trainer-old / engine so the gradient stays on-policy for the trainer.
+    tis = torch.exp(old_lp - engine_lp).clamp(max=cfg.tis_cap).detach()
+    loss = -(tis * surrogate)
+    stats = LossStats(
+        tokens=float(lp.numel()),
+        clipped=float(((ratio - clipped_ratio).abs() > 1e-8).float().sum()),
+        ratio=float(ratio.detach().sum()),
+        tis_truncated=float((torch.exp(old_lp - engine_lp) > cfg.tis_cap).float().sum()))
+    if ref_lp is not None and cfg.kl_coef > 0:
+        d = ref_lp - lp
+        k3 = torch.exp(d) - d - 1  # unbiased, non-negative estimate of KL(pi || ref)
+        loss = loss + cfg.kl_coef * k3
+        stats.kl = float(k3.detach().sum())
+    return loss.sum(), stats
