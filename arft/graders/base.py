@@ -122,3 +122,10 @@ def validate_spec(model: type[SpecT], spec: dict[str, Any]) -> SpecT:
                 msg = f"unknown field ({hint}fields are: {', '.join(fields)})"
             lines.append(f"  field '{where}': {msg}")
         raise GraderError("\n".join(lines)) from None
+
+
+async def close_grader(grader: object) -> None:
+    """Close a grader's connections or workers, if it has any (``aclose`` is optional)."""
+    close = getattr(grader, "aclose", None)
+    if close is not None:
+        await close()

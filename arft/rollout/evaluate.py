@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from arft.config import JobSpec
+from arft.graders.base import close_grader
 from arft.records import Rollout, Task
 
 
@@ -93,6 +94,7 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,
     finally:
         store.close()
         await toolbox.aclose()
+        await close_grader(grader)
         if own_engine:
             await engine.aclose()
     return EvalResult(run_id=run_id, run_dir=run_dir, rollouts=rollouts, summary=summary)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from arft.config import JobSpec
+from arft.graders.base import close_grader
 from arft.records import Rollout, Task
 from arft.trainer.advantages import group_advantages
 from arft.trainer.batching import to_train_batch
@@ -226,6 +227,7 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
     finally:
         store.close()
         await toolbox.aclose()
+        await close_grader(grader)
         await engine.aclose()
     return run.result
 

@@ -1,0 +1,283 @@
+"""The model judge every model-judged grader shares: its spec fields, client, prompts and parsing.
+
+A judge is any OpenAI-compatible ``/chat/completions`` server (a hosted API or a locally served
+model). ``JudgeClient`` reuses ``OpenAIEngine`` — its HTTP client, retries of 5xx/429/timeouts and
+error messages — and only changes the request body: the hosted ``sampling_params`` fields that are
+set, plus a ``response_format`` JSON schema asking for structured output. Servers that ignore
+``response_format`` still work: ``parse_json_reply`` also reads JSON wrapped in prose or code
+fences, and callers accept a bare value.
+
+Where the judge lives (the user's contract): ``base_url`` from the spec, else ``$OPENAI_BASE_URL``,
+else the OpenAI API; the key from the environment variable *named* by ``api_key_env``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Sequence
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from arft.engines.base import EngineError, SamplingParams
+from arft.engines.openai_engine import OpenAIEngine
+from arft.graders.base import GraderError
+from arft.graders.templates import render_template
+from arft.records import Message
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+STEPS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"description": {"type": "string"}, "conclusion": {"type": "string"}},
+        "required": ["description", "conclusion"],
+        "additionalProperties": False,
+    },
+}
+
+
+class JudgeSampling(BaseModel):
+    """The hosted ``sampling_params``; only the fields that are set are sent."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_completions_tokens: int | None = Field(
+        default=None, gt=0,
+        validation_alias=AliasChoices("max_completions_tokens", "max_completion_tokens"))
+    """The hosted spelling; sent as chat-completions ``max_completion_tokens``."""
+    seed: int | None = None
+    reasoning_effort: str | None = None
+    """e.g. ``minimal``, ``low``, ``medium``, ``high``; passed through for reasoning judges."""
+
+    def body_fields(self) -> dict[str, Any]:
+        """The set fields under their chat-completions names."""
+        fields = self.model_dump(exclude_none=True)
+        if "max_completions_tokens" in fields:
+            fields["max_completion_tokens"] = fields.pop("max_completions_tokens")
+        return fields
+
+
+class JudgeFields(BaseModel):
+    """Spec fields of every model-judged grader (hosted ``model``/``sampling_params`` + arft's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    """The judge model's name as the server knows it."""
+    sampling_params: JudgeSampling = Field(default_factory=JudgeSampling)
+    base_url: str | None = None
+    """arft: the judge server (``.../v1``); default ``$OPENAI_BASE_URL``, else the OpenAI API."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """arft: the *name* of the environment variable holding the judge's API key."""
+    timeout_s: float = Field(default=60.0, gt=0)
+    """arft: seconds per judge request."""
+    max_retries: int = Field(default=3, ge=0)
+    """arft: retries of a 5xx, 429, timeout or unreadable answer (a 4xx fails at once)."""
+    backoff_s: float = Field(default=0.5, ge=0)
+    """arft: first wait between retries; doubles after each failed try."""
+
+
+class JudgeClient(OpenAIEngine):
+    """``OpenAIEngine`` whose requests carry the judge's sampling fields and response format."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None, *,
+                 response_format: dict[str, Any] | None, sampling: JudgeSampling,
+                 timeout_s: float = 60.0, max_retries: int = 3, backoff_s: float = 0.5,
+                 api_key_env: str = "OPENAI_API_KEY") -> None:
+        super().__init__(base_url, model, api_key=api_key, timeout_s=timeout_s,
+                         max_retries=max_retries, backoff_s=backoff_s)
+        self.response_format = response_format
+        self.sampling = sampling
+        self.api_key_env = api_key_env
+        self.has_key = bool(api_key)
+
+    @classmethod
+    def from_fields(cls, fields: JudgeFields, model: str,
+                    response_format: dict[str, Any] | None) -> "JudgeClient":
+        """Build from a spec; reads ``base_url``/``$OPENAI_BASE_URL`` and the named key variable."""
+        base_url = fields.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        return cls(base_url, model, os.environ.get(fields.api_key_env) or None,
+                   response_format=response_format, sampling=fields.sampling_params,
+                   timeout_s=fields.timeout_s, max_retries=fields.max_retries,
+                   backoff_s=fields.backoff_s, api_key_env=fields.api_key_env)
+
+    def request_body(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
+                     tool_choice: str | dict[str, Any] | None,
+                     params: SamplingParams) -> dict[str, Any]:
+        """The judge request: messages, the set sampling fields and ``response_format``."""
+        body: dict[str, Any] = {"model": self.model,
+                                "messages": [m.to_openai() for m in messages]}
+        body.update(self.sampling.body_fields())
+        if self.response_format is not None:
+            body["response_format"] = self.response_format
+        return body
+
+    async def ask(self, messages: Sequence[Message]) -> str:
+        """The judge's reply text; raises ``JudgeError`` naming the server and the failure."""
+        try:
+            reply = await self.chat(messages, (), None, SamplingParams())
+        except EngineError as e:
+            hint = "" if self.has_key else f" (note: ${self.api_key_env} is not set)"
+            raise JudgeError(f"judge '{self.model}' failed: {e}{hint}") from None
+        return reply.message.content or ""
+
+
+class JudgeError(RuntimeError):
+    """The judge could not be asked or its answer could not be used; the message says why."""
+
+
+def json_schema_format(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """A chat-completions ``response_format`` asking for JSON that follows ``schema``."""
+    return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
+
+
+def result_schema(result: dict[str, Any]) -> dict[str, Any]:
+    """The hosted structured output ``{"steps": [{description, conclusion}], "result": ...}``."""
+    return {"type": "object", "properties": {"steps": STEPS_SCHEMA, "result": result},
+            "required": ["steps", "result"], "additionalProperties": False}
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+def parse_json_reply(text: str) -> Any | None:
+    """The JSON in a judge's reply: the whole text, a fenced block, or the outermost ``{...}``.
+
+    ``None`` when none of them is JSON (a bare word the caller may still read itself).
+    """
+    candidates = [text.strip()]
+    candidates += [m.strip() for m in _FENCE.findall(text)]
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        candidates.append(text[start:end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except (json.JSONDecodeError, ValueError):
+            continue
+    return None
+
+
+def reply_result(text: str) -> Any:
+    """The ``result`` of a structured reply; a JSON value or bare text without one is the result."""
+    data = parse_json_reply(text)
+    if isinstance(data, dict):
+        if "result" not in data:
+            raise JudgeError(f"the judge's JSON has no 'result' key: {clip(text)}")
+        return data["result"]
+    return data if data is not None else text.strip()
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """``text`` shortened for an error message."""
+    text = text.strip()
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+# ---------------------------------------------------------------------------- hosted input messages
+
+class ContentPart(BaseModel):
+    """A text part of a hosted input message (``input_text``/``output_text``/``text``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = "input_text"
+    text: str
+
+
+class InputMessage(BaseModel):
+    """One hosted ``input`` message; ``content`` is a template (or text parts of templates)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str | None = None
+    """The hosted API allows ``"type": "message"``; it changes nothing."""
+    role: str
+    content: str | ContentPart | list[ContentPart]
+
+    def template(self) -> str:
+        """The content as one template string (text parts joined by newlines)."""
+        if isinstance(self.content, str):
+            return self.content
+        parts = [self.content] if isinstance(self.content, ContentPart) else self.content
+        return "\n".join(p.text for p in parts)
+
+
+_ROLES = ("system", "developer", "user", "assistant")
+
+
+def check_input(grader: str, messages: list[InputMessage]) -> None:
+    """Reject input messages arft cannot send: raises ``GraderError`` naming grader and field."""
+    if not messages:
+        raise GraderError(f"grader {grader!r}: field 'input': needs at least one message")
+    for i, m in enumerate(messages):
+        if m.role not in _ROLES:
+            raise GraderError(f"grader {grader!r}: field 'input.{i}.role': {m.role!r} is not one "
+                              f"of {', '.join(_ROLES)}")
+        parts = m.content if isinstance(m.content, list) else [m.content]
+        for part in parts:
+            if isinstance(part, ContentPart) and part.type not in ("input_text", "output_text",
+                                                                   "text"):
+                raise GraderError(f"grader {grader!r}: field 'input.{i}.content': part type "
+                                  f"{part.type!r} is not supported (only text parts)")
+
+
+def render_messages(messages: Sequence[InputMessage], sample: dict[str, Any],
+                    item: dict[str, Any], instructions: str | None = None) -> list[Message]:
+    """The judge's messages with every template rendered; raises ``TemplateError``.
+
+    ``instructions`` (the expected output format) go to the end of a leading system/developer
+    message, or in a new leading system message: one system message keeps chat templates happy.
+    """
+    out = [Message(role=m.role, content=render_template(m.template(), sample, item))  # type: ignore[arg-type]
+           for m in messages]
+    if instructions:
+        if out and out[0].role in ("system", "developer"):
+            out[0] = Message(role=out[0].role, content=f"{out[0].content}\n\n{instructions}")
+        else:
+            out.insert(0, Message(role="system", content=instructions))
+    return out
+
+
+# ------------------------------------------------------------------------------ trajectory text
+
+def _message_text(m: dict[str, Any]) -> str:
+    lines = [f"{m.get('role', '?').upper()}:" + (f" {m['content']}" if m.get("content") else "")]
+    for call in m.get("tool_calls") or ():
+        fn = call.get("function", {})
+        lines.append(f"  -> tool call {call.get('id', '')} {fn.get('name', '')}"
+                     f"({fn.get('arguments', '')})")
+    if m.get("role") == "tool" and m.get("tool_call_id"):
+        lines[0] = f"TOOL RESULT for {m['tool_call_id']}:" + (f" {m['content']}"
+                                                              if m.get("content") else "")
+    return "\n".join(lines)
+
+
+def transcript(sample: dict[str, Any], max_chars: int) -> str:
+    """The whole rollout as readable text (messages, tool calls and results, final answer).
+
+    Over ``max_chars`` the middle is cut (the task and the end usually matter most) and the cut is
+    stated. A sample without a trajectory gives just its final answer.
+    """
+    trajectory = sample.get("trajectory") or {}
+    messages = trajectory.get("messages") or []
+    if messages:
+        body = "\n\n".join(_message_text(m) for m in messages)
+        failed = [r for r in trajectory.get("tool_calls") or () if r.get("status") != "ok"]
+        if failed:
+            body += "\n\nFAILED TOOL CALLS: " + "; ".join(
+                f"{r.get('call_id')} {r.get('name')}: {r.get('status')} ({r.get('error')})"
+                for r in failed)
+    else:
+        body = "(no trajectory recorded)"
+    body += f"\n\nFINAL ANSWER:\n{sample.get('output_text', '')}"
+    if len(body) > max_chars:
+        half = max_chars // 2
+        body = (body[:half] + f"\n[... {len(body) - 2 * half} characters omitted ...]\n"
+                + body[-half:])
+    return body
