@@ -54,12 +54,18 @@ def _score_text(result: dict[str, Any]) -> Text:
 
 def grade_cmd(
     grader: str = typer.Option(..., "--grader", "-g", help="Grader spec: a JSON file or inline JSON."),
-    item: Optional[str] = typer.Option(None, "--item", "-i", help="The task item (JSON file or inline; default {})."),
-    sample: Optional[str] = typer.Option(None, "--sample", "-s", help="A sample (JSON file or inline); missing keys get defaults."),
-    model_sample: Optional[str] = typer.Option(None, "--model-sample", "-m", help="The model's answer text (instead of --sample)."),
+    item: Optional[str] = typer.Option(
+        None, "--item", "-i", help="The task item (JSON file or inline; default {})."),
+    sample: Optional[str] = typer.Option(
+        None, "--sample", "-s", help="A sample (JSON file or inline); missing keys get defaults."),
+    model_sample: Optional[str] = typer.Option(
+        None, "--model-sample", "-m", help="The model's answer text (instead of --sample)."),
     as_json: bool = typer.Option(False, "--json", help="Print only the JSON result."),
 ) -> None:
-    """Grade one sample (the hosted graders/run): prints {"score", "sub_scores", "passed", "error", "flags"}."""
+    """Grade one sample (the hosted graders/run) and print the result as one JSON object.
+
+    The object is {"score", "sub_scores", "passed", "error", "flags"}; exit 0 whatever the score.
+    """
     from arft.graders.base import GraderError
     from arft.graders.validate import (InputError, complete_sample, run_grader, sample_from_text,
                                        score_json)
@@ -83,8 +89,10 @@ def grade_cmd(
 @grader_app.command("validate")
 def validate_cmd(
     grader: str = typer.Argument(..., help="Grader spec: a JSON file or inline JSON."),
-    item: Optional[str] = typer.Option(None, "--item", "-i", help="A task item to resolve {{ item.* }} against."),
-    sample: Optional[str] = typer.Option(None, "--sample", "-s", help="A sample to resolve {{ sample.* }} against."),
+    item: Optional[str] = typer.Option(
+        None, "--item", "-i", help="A task item to resolve {{ item.* }} against."),
+    sample: Optional[str] = typer.Option(
+        None, "--sample", "-s", help="A sample to resolve {{ sample.* }} against."),
 ) -> None:
     """Check a grader spec (the hosted graders/validate): schema, template variables, python source."""
     from arft.graders.validate import InputError, validate_grader
@@ -164,9 +172,12 @@ def _load_baseline(run: Path) -> list[Any]:
 @grader_app.command("audit")
 def audit_cmd(
     job_file: Path = typer.Argument(..., help="Job spec (YAML or JSON)."),
-    run: Optional[Path] = typer.Option(None, "--run", help="A run directory from `arft eval`: its baseline grades and tool outputs."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N validation tasks."),
-    threshold: float = typer.Option(0.5, "--threshold", help="An adversarial answer scoring above this is a hack."),
+    run: Optional[Path] = typer.Option(
+        None, "--run", help="A run directory from `arft eval`: baseline grades and tool outputs."),
+    limit: Optional[int] = typer.Option(
+        None, "--limit", min=1, help="Only the first N validation tasks."),
+    threshold: float = typer.Option(
+        0.5, "--threshold", help="An adversarial answer scoring above this is a hack."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Try to hack the job's grader with adversarial answers and check the reward is continuous."""

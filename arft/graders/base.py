@@ -14,6 +14,7 @@ status, error and latency) because a grader must be able to see everything the a
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import difflib
@@ -125,7 +126,11 @@ def validate_spec(model: type[SpecT], spec: dict[str, Any]) -> SpecT:
 
 
 async def close_grader(grader: object) -> None:
-    """Close a grader's connections or workers, if it has any (``aclose`` is optional)."""
-    close = getattr(grader, "aclose", None)
-    if close is not None:
-        await close()
+    """Release what a grader holds (worker pools, HTTP clients) when it offers ``aclose``/``close``."""
+    for attr in ("aclose", "close"):
+        method = getattr(grader, attr, None)
+        if callable(method):
+            result = method()
+            if inspect.isawaitable(result):
+                await result
+            return
