@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import inspect
 import json
 import math
 import time

@@ -247,6 +247,8 @@ def private_mounts(cfg: dict, report: Report, uid: int, gid: int, fds: dict[str,
         closed = _closed_ancestor(t, uid, gid)
         if closed and closed != "/" and not any(_under(closed, r) for r in roots):
             roots[closed] = 0o755
+    hidden = _hidden_roots(cfg, roots)
+    roots.update(dict.fromkeys(hidden, 0o755))
     mounted: list[str] = []
     try:
         for root in sorted(roots, key=len):
@@ -262,6 +264,12 @@ def private_mounts(cfg: dict, report: Report, uid: int, gid: int, fds: dict[str,
         if not any(_under(ws, m) for m in mounted):
             mount(".", ws, None, MS_BIND | MS_REC)  # its own mount, so that it stays writable
             mounted.append(ws)
+        if cfg.get("workspace_tmpfs_mb"):
+            # Over the bind: the command's cwd (entered after the mounts) is this fresh tmpfs.
+            mount("tmpfs", ws, "tmpfs", MS_NOSUID | MS_NODEV,
+                  f"size={cfg['workspace_tmpfs_mb']}m,mode=700,uid={uid},gid={gid}")
+            mounted.append(ws)
+            report.add("workspace_tmpfs")
     except OSError:
         for point in reversed(mounted):  # leave the filesystem as the host sees it
             LIBC.umount2(point.encode(), ctypes.c_int(MNT_DETACH))
@@ -269,6 +277,19 @@ def private_mounts(cfg: dict, report: Report, uid: int, gid: int, fds: dict[str,
     for root in mounted:
         if roots.get(root) == 0o1777:
             report.add("private_" + root.strip("/").replace("/", "_"))
+        if root in hidden:
+            report.add("hidden_paths")
+
+
+def _hidden_roots(cfg: dict, roots: dict[str, int]) -> list[str]:
+    """The folders of ``cfg["hidden"]`` to cover with an empty tmpfs: real directories only
+    (never a symlink: the mount would land on its target), not "/", not inside another root."""
+    found = []
+    for path in cfg.get("hidden", ()):
+        if (path != "/" and os.path.isdir(path) and not os.path.islink(path)
+                and not any(_under(path, r) for r in roots)):
+            found.append(path)
+    return found
 
 
 def _mount_table() -> list[tuple[str, int]]:

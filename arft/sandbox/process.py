@@ -18,6 +18,8 @@ What it stops (layer name in ``isolation`` in brackets):
   host's /tmp, and other workspaces in it, are not visible. Directories the sandbox uid may
   not enter that lie above the workspace (or a ``readable`` path) are replaced by an empty
   read-only tmpfs holding only that path, so the workspace keeps its real path inside.
+  Folders the caller lists as ``hidden`` are replaced the same way [hidden_paths], and with
+  ``workspace_tmpfs_mb`` the workspace itself is a private, size-bounded tmpfs [workspace_tmpfs].
 * **Privileges** [userns, unprivileged_uid, no_new_privs]: as root the command runs as
   ``nobody`` (65534, no capabilities; the workspace tree is chowned to it first, never
   following links); otherwise as the caller's uid inside a user namespace, holding no
@@ -38,8 +40,9 @@ What it stops (layer name in ``isolation`` in brackets):
 
 What it does not stop:
 
-* Reading world-readable files outside the workspace (system files, the code of arft itself);
-  they are read-only, not hidden. Keep secrets out of world-readable places.
+* Reading world-readable files outside the workspace (system files, the code of arft itself)
+  unless the caller hides their folder (``hidden``); they are read-only, not hidden. Keep
+  secrets out of world-readable places.
 * Filling the disk: only single files are capped (``max_file_mb``), not the workspace total.
 * Filesystem Unix sockets whose permissions let the sandbox uid connect.
 * Kernel exploits: there is no seccomp filter or VM boundary. Run hostile code in a VM.
@@ -97,6 +100,10 @@ class SandboxLimits:
     """Size of the private /tmp and /dev/shm."""
     required_isolation: tuple[str, ...] = ()
     """Layers that must be applied (e.g. ``("netns", "readonly_fs")``) or the command is not run."""
+    workspace_tmpfs_mb: int | None = None
+    """When set, the workspace is a fresh private tmpfs of this size at the workspace's path
+    instead of the host folder [workspace_tmpfs]: nothing written there reaches the host disk and
+    the total is bounded. The host folder is then only the mount point (it stays empty)."""
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "max_file_mb", "max_processes", "tmp_mb"):
@@ -104,6 +111,9 @@ class SandboxLimits:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)}")
         if self.max_output_chars < 0:
             raise ValueError("SandboxLimits.max_output_chars must be >= 0")
+        if self.workspace_tmpfs_mb is not None and self.workspace_tmpfs_mb <= 0:
+            raise ValueError("SandboxLimits.workspace_tmpfs_mb must be > 0 (or None for the host "
+                             f"folder), got {self.workspace_tmpfs_mb}")
 
 
 @dataclass(frozen=True)
@@ -179,7 +189,8 @@ def _clean_env(workspace: Path, env: dict[str, str] | None) -> dict[str, str]:
 
 
 def _launch_config(workspace: Path, limits: SandboxLimits, report_fd: int,
-                   readable: Sequence[Path], env: dict[str, str] | None) -> dict[str, Any]:
+                   readable: Sequence[Path], env: dict[str, str] | None,
+                   hidden: Sequence[Path] = ()) -> dict[str, Any]:
     cpu = limits.cpu_s if limits.cpu_s is not None else limits.timeout_s
     return {
         "workspace": str(workspace), "report_fd": report_fd, "network": limits.network,
@@ -188,6 +199,8 @@ def _launch_config(workspace: Path, limits: SandboxLimits, report_fd: int,
         "tmp_mb": limits.tmp_mb, "required": list(limits.required_isolation),
         "readable": [str(Path(p).resolve()) for p in readable],
         "set_tmpdir": "TMPDIR" not in (env or {}),
+        "hidden": [os.path.abspath(p) for p in hidden],
+        "workspace_tmpfs_mb": limits.workspace_tmpfs_mb,
     }
 
 
@@ -312,13 +325,16 @@ async def run_sandboxed(
     *,
     merge_stderr: bool = False,
     readable: Sequence[Path] = (),
+    hidden: Sequence[Path] = (),
 ) -> SandboxResult:
     """Run ``argv`` with cwd = ``workspace`` under ``limits``; see the module docstring.
 
     ``env`` is added to a clean environment (nothing of ours leaks). ``merge_stderr`` sends
     stderr into stdout (interleaved as a terminal shows it). ``readable`` are paths the command
     must be able to read even if a directory above them is closed to the sandbox uid (e.g. a
-    Python installation under /root); they stay read-only.
+    Python installation under /root); they stay read-only. ``hidden`` are folders replaced by
+    an empty read-only tmpfs inside the sandbox [hidden_paths] (the workspace and ``readable``
+    paths below them stay visible); symlinks and missing folders are skipped.
     """
     if not argv:
         raise SandboxError("run_sandboxed needs a command: argv is empty")
@@ -327,12 +343,12 @@ async def run_sandboxed(
         raise SandboxError(f"workspace {workspace} is not a directory; create it first "
                            "(arft.sandbox.create_workspace)")
     report_r, report_w = os.pipe()
-    config = _launch_config(workspace, limits, report_w, readable, env)
-    cmd = [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(config), "--", *argv]
+    cmd, launch_env = sandbox_command(argv, workspace, limits, report_w, env=env,
+                                      readable=readable, hidden=hidden)
     start = time.monotonic()
     try:
         transport, protocol, proc = await _spawn(cmd, stdin is not None, merge_stderr,
-                                                 _clean_env(workspace, env), report_w)
+                                                 launch_env, report_w)
     except BaseException:
         os.close(report_r)
         raise
@@ -375,6 +391,30 @@ def _result(returncode: int | None, report: dict[str, Any], out: _Capture, err: 
         killed_reason=_killed_reason(exit_code, timed_out), truncated=t_out or t_err,
         duration_s=duration_s, isolation=tuple(report.get("isolation", ())),
         error=report.get("error"))
+
+
+def sandbox_command(argv: list[str], workspace: Path, limits: SandboxLimits, report_fd: int, *,
+                    env: dict[str, str] | None = None, readable: Sequence[Path] = (),
+                    hidden: Sequence[Path] = ()) -> tuple[list[str], dict[str, str]]:
+    """The launcher command line and environment that run ``argv`` sandboxed in ``workspace``.
+
+    ``run_sandboxed`` is the one-shot form; this is for a long-lived sandboxed worker that talks
+    over its own pipes (its stdin/stdout/stderr are the command's). Start the command with
+    ``cwd="/"``, the returned environment and ``pass_fds=(report_fd,)``; the launcher writes JSON
+    lines on ``report_fd`` (``{"isolation": [...]}`` before the command starts, ``{"error"}`` when
+    it cannot start it). ``limits.timeout_s`` is not enforced here: stop the worker with
+    ``kill_sandbox(pid)``.
+    """
+    workspace = Path(workspace).resolve()
+    config = _launch_config(workspace, limits, report_fd, readable, env, hidden)
+    cmd = [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(config), "--", *argv]
+    return cmd, _clean_env(workspace, env)
+
+
+def kill_sandbox(pid: int) -> None:
+    """SIGKILL a sandbox started from ``sandbox_command`` (``pid``: the launcher's): the launcher,
+    the sandbox's init and, with a pid namespace, every process inside it."""
+    _kill_group(pid)
 
 
 async def probe_isolation(scratch: Path) -> tuple[str, ...]:
