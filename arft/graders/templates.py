@@ -123,3 +123,19 @@ def render_template(template: str, sample: dict[str, Any], item: dict[str, Any])
             raise TemplateError(f"template {template!r}: {e}") from None
 
     return PLACEHOLDER.sub(substitute, template)
+
+
+def is_lone_placeholder(template: str) -> bool:
+    """Whether ``template`` is exactly one ``{{ ... }}`` (``{{ a }} {{ b }}`` is not)."""
+    found = PLACEHOLDER.findall(template)
+    return len(found) == 1 and PLACEHOLDER.fullmatch(template.strip()) is not None
+
+
+def template_value(template: str | list[str], sample: dict[str, Any],
+                   item: dict[str, Any]) -> Any:
+    """A spec value: the raw value of a lone placeholder, else the rendered text (or the list)."""
+    if isinstance(template, list):
+        return template
+    if is_lone_placeholder(template):
+        return resolve(template, sample, item)
+    return render_template(template, sample, item)

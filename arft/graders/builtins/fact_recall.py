@@ -33,7 +33,7 @@ from pydantic import Field
 from arft.graders.base import GraderError, validate_spec
 from arft.graders.judge import (JudgeClient, JudgeError, JudgeFields, clip, json_schema_format,
                                 reply_result, result_schema)
-from arft.graders.templates import PLACEHOLDER, TemplateError, render_template, resolve
+from arft.graders.templates import TemplateError, render_template, template_value
 from arft.records import Message, Score
 
 JUDGE_SYSTEM = (
@@ -73,12 +73,7 @@ def normalise_fact(fact: str, case_sensitive: bool = False) -> str:
 def resolve_facts(facts: str | list[str], sample: dict[str, Any],
                   item: dict[str, Any]) -> list[str]:
     """The reference facts; raises ``TemplateError`` or ``ValueError`` with the reason."""
-    if isinstance(facts, list):
-        value: Any = facts
-    elif PLACEHOLDER.fullmatch(facts.strip()):
-        value = resolve(facts, sample, item)
-    else:
-        value = render_template(facts, sample, item)
+    value: Any = template_value(facts, sample, item)
     if isinstance(value, str):
         try:
             value = json.loads(value)

@@ -1,0 +1,318 @@
+"""``tests_pass``: run the task's tests against the rollout's workspace (Cosine's tests-pass gate).
+
+Job spec::
+
+    {"type": "builtin", "name": "tests_pass", "command": "python -m pytest -q",
+     "tests": "{{ item.tests }}", "mode": "fraction", "timeout_s": 120, "memory_mb": 2048}
+
+For each grade: the rollout's workspace (``sample["workspace"]``, kept by the job's
+``rollout.workspace``) is copied into a fresh scratch directory — the workspace itself is only
+read — then ``tests`` are written into the copy, **replacing** any file of the same name (so an
+agent that edited the tests gains nothing), and ``command`` runs there with ``bash -c`` under
+``arft.sandbox.run_sandboxed``: no network, ``timeout_s`` wall clock, ``memory_mb`` address
+space. The scratch copy is deleted afterwards.
+
+* ``tests`` (optional): a ``{relative path: file content}`` mapping, or a directory (or one
+  file) relative to the job file's folder whose files are copied in; either literal or a
+  template such as ``{{ item.tests }}``. Without it the workspace's own tests run as they are.
+* ``command`` runs with the trainer's interpreter first on ``PATH`` (``python`` and ``pytest``
+  are the ones arft runs under, read-only), plus ``env``.
+* ``parser``: ``pytest`` reads the last summary line (``3 passed, 1 failed in 0.2s``; keep
+  ``-q`` or the default verbosity, ``-qq`` prints no summary); ``exit_code`` scores exit status
+  0 as passing; ``auto`` (default) uses ``pytest`` when the command mentions pytest.
+* ``mode``: ``fraction`` (default) scores passed / (passed + failed + errors), skipped and
+  xfail tests left out; ``all_or_nothing`` scores 1.0 only when every test passed.
+
+Legitimate zeros (the code's doing), each with a flag and no ``error``: ``tests:timeout``,
+``tests:no_summary`` (pytest ended without a summary, e.g. the code called ``os._exit``),
+``tests:inconsistent_summary`` (the summary and the exit status disagree, e.g. the code printed a
+fake summary or patched pytest's exit status), ``tests:killed`` (a signal, e.g. the CPU limit).
+Error Scores (the job's or the host's doing): no workspace, tests that cannot be found or
+written, a command that is not found (exit 126/127) or a pytest that is missing, no tests
+collected, a sandbox that cannot start. ``sub_scores``: ``passed``, ``failed``, ``errors``
+(pytest) or ``exit_code``.
+
+Inside python graders: ``from arft.graders.builtins.tests_pass import parse_pytest_summary``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import stat
+import sys
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from arft.graders.base import GraderError, validate_spec
+from arft.graders.templates import PLACEHOLDER, TemplateError, render_template, resolve
+from arft.records import Score
+from arft.sandbox import SandboxError, SandboxLimits, SandboxResult, remove_workspace, run_sandboxed
+from arft.sandbox.process import DEFAULT_PATH
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SUMMARY = re.compile(r"^=*\s*(?P<body>(?:\d+ [a-z]+)(?:, \d+ [a-z]+)*|no tests ran)"
+                      r" in [\d.]+s(?: \([\d:.]+\))?\s*=*\s*$")
+_PLURALS = {"error": "errors", "warning": "warnings", "rerun": "reruns"}
+_TAIL_CHARS = 600
+
+
+class TestsPassSpec(BaseModel):
+    """The ``tests_pass`` built-in's fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["builtin"] = "builtin"
+    name: Literal["tests_pass"]
+    command: str = Field(default="python -m pytest -q", min_length=1)
+    """Shell command run in the copy (``bash -c``)."""
+    tests: str | dict[str, str] | None = None
+    """``{path: content}``, a directory/file relative to the job file, or a template of either."""
+    mode: Literal["fraction", "all_or_nothing"] = "fraction"
+    parser: Literal["auto", "pytest", "exit_code"] = "auto"
+    timeout_s: float = Field(default=120.0, gt=0)
+    memory_mb: int = Field(default=2048, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables for the command."""
+
+
+class _Problem(Exception):
+    """Why the tests could not be run: becomes an error Score."""
+
+
+def parse_pytest_summary(output: str) -> dict[str, int] | None:
+    """Counts from pytest's last summary line (``passed``, ``failed``, ``errors``, ``skipped``,
+    ``xfailed``, ``xpassed``, ``deselected``, ``warnings``, ...), or None when there is none."""
+    for line in reversed(_ANSI.sub("", output).splitlines()):
+        m = _SUMMARY.match(line.strip())
+        if m is None:
+            continue
+        counts = {"passed": 0, "failed": 0, "errors": 0}
+        if m.group("body") != "no tests ran":
+            for part in m.group("body").split(", "):
+                n, word = part.split(" ", 1)
+                word = _PLURALS.get(word, word)
+                counts[word] = counts.get(word, 0) + int(n)
+        return counts
+    return None
+
+
+def pytest_fraction(counts: dict[str, int]) -> float:
+    """passed / (passed + failed + errors); 0.0 when no test ran."""
+    n = counts.get("passed", 0) + counts.get("failed", 0) + counts.get("errors", 0)
+    return counts.get("passed", 0) / n if n else 0.0
+
+
+def _relative(path: str) -> PurePosixPath:
+    rel = PurePosixPath(path.replace("\\", "/"))
+    parts = [p for p in rel.parts if p != "."]
+    if not parts or rel.is_absolute() or ".." in parts:
+        raise _Problem(f"test path {path!r} must be relative to the workspace, without '..'")
+    return PurePosixPath(*parts)
+
+
+def _files_from_dir(source: Path) -> dict[PurePosixPath, bytes]:
+    if source.is_file():
+        return {PurePosixPath(source.name): source.read_bytes()}
+    if not source.is_dir():
+        raise _Problem(f"tests {str(source)!r} is not a file or directory")
+    return {PurePosixPath(*p.relative_to(source).parts): p.read_bytes()
+            for p in sorted(source.rglob("*")) if p.is_file()}
+
+
+def _test_files(tests: Any, base_dir: Path) -> dict[PurePosixPath, bytes]:
+    """The files to write into the copy, from a mapping or a directory/file path."""
+    if tests is None:
+        return {}
+    if isinstance(tests, dict):
+        bad = [k for k, v in tests.items() if not isinstance(v, str)]
+        if bad:
+            raise _Problem(f"tests: the content of {bad[0]!r} is not a string")
+        return {_relative(str(k)): v.encode() for k, v in tests.items()}
+    if isinstance(tests, str) and tests.strip():
+        return _files_from_dir(base_dir / tests.strip())
+    raise _Problem(f"tests must be a {{path: content}} mapping or a directory, got {tests!r}")
+
+
+def _copy_workspace(workspace: Path, dest: Path) -> None:
+    """Copy the workspace (links as links; fifos, sockets and devices left out)."""
+
+    def special(folder: str, names: list[str]) -> set[str]:
+        keep = (stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK)
+        return {n for n in names
+                if not any(f(os.lstat(os.path.join(folder, n)).st_mode) for f in keep)}
+
+    shutil.copytree(workspace, dest, symlinks=True, ignore=special)
+
+
+def _safe_write(root: Path, rel: PurePosixPath, data: bytes) -> None:
+    """Write ``root/rel`` never following a link the agent planted (we may be root)."""
+    here = root
+    for part in rel.parts[:-1]:
+        here = here / part
+        if here.is_symlink() or (os.path.lexists(here) and not here.is_dir()):
+            here.unlink()
+        here.mkdir(exist_ok=True)
+    target = here / rel.parts[-1]
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    elif os.path.lexists(target):
+        target.unlink()
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _prepare(workspace: Path, files: dict[PurePosixPath, bytes]) -> tuple[Path, Path]:
+    """A scratch root holding a copy of ``workspace`` with ``files`` written in."""
+    root = Path(tempfile.mkdtemp(prefix="arft-tests-"))
+    root.chmod(0o711)
+    copy = root / "workspace"
+    try:
+        _copy_workspace(workspace, copy)
+        for rel, data in files.items():
+            _safe_write(copy, rel, data)
+    except (OSError, shutil.Error) as e:
+        remove_workspace(root)
+        raise _Problem(f"could not prepare the copy of the workspace: {e}") from None
+    return root, copy
+
+
+def interpreter_access() -> tuple[str, list[Path]]:
+    """``PATH`` with this interpreter's bin first, and the paths the sandbox must let it read."""
+    bin_dir = str(Path(sys.executable).parent) if sys.executable else ""
+    readable = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
+    return (f"{bin_dir}:{DEFAULT_PATH}" if bin_dir else DEFAULT_PATH), sorted(readable)
+
+
+def _tail(result: SandboxResult) -> str:
+    text = (result.stdout or "").strip()
+    return text[-_TAIL_CHARS:] if text else "(no output)"
+
+
+def _infra_problem(result: SandboxResult) -> str | None:
+    """A reason when the run says nothing about the code (the host or the job is at fault)."""
+    if result.error is not None:
+        return f"the sandbox could not run the tests: {result.error}"
+    if result.exit_code in (126, 127) and not result.timed_out:
+        return f"the command was not found or is not executable (exit {result.exit_code}): " \
+               f"{_tail(result)}"
+    return None
+
+
+def _score_pytest(result: SandboxResult, mode: str) -> tuple[float, dict[str, float],
+                                                               tuple[str, ...], bool]:
+    """``(score, sub_scores, flags, passed)`` from a pytest run; raises ``_Problem``."""
+    counts = parse_pytest_summary(result.stdout)
+    if counts is None:
+        problem = _infra_problem(result)
+        if problem is None and "No module named pytest" in result.stdout:
+            problem = "pytest is not installed for the interpreter the command runs"
+        if problem:
+            raise _Problem(problem)
+        return 0.0, {}, ("tests:no_summary",), False
+    subs = {k: float(counts[k]) for k in ("passed", "failed", "errors")}
+    bad = counts["failed"] + counts["errors"]
+    if counts["passed"] + bad == 0:
+        raise _Problem(f"no tests ran (exit {result.exit_code}); check `command` and `tests`: "
+                       f"{_tail(result)}")
+    if (result.exit_code == 0) != (bad == 0):
+        return 0.0, subs, ("tests:inconsistent_summary",), False
+    if mode == "all_or_nothing":
+        return (1.0 if bad == 0 else 0.0), subs, (), bad == 0
+    return pytest_fraction(counts), subs, (), bad == 0
+
+
+def _score_exit(result: SandboxResult) -> tuple[float, dict[str, float], tuple[str, ...], bool]:
+    problem = _infra_problem(result)
+    if problem:
+        raise _Problem(problem)
+    flags = ("tests:killed",) if result.exit_code < 0 else ()
+    ok = result.exit_code == 0
+    return (1.0 if ok else 0.0), {"exit_code": float(result.exit_code)}, flags, ok
+
+
+class TestsPassGrader:
+    """Runs the task's tests on a copy of the rollout's workspace."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    def __init__(self, spec: TestsPassSpec, base_dir: Path) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.base_dir = Path(base_dir)
+        self.use_pytest = spec.parser == "pytest" or (
+            spec.parser == "auto" and re.search(r"\bpytest\b", spec.command) is not None)
+
+    def _tests(self, sample: dict[str, Any], item: dict[str, Any]) -> dict[PurePosixPath, bytes]:
+        tests: Any = self.spec.tests
+        if isinstance(tests, str) and len(PLACEHOLDER.findall(tests)) == 1 \
+                and PLACEHOLDER.fullmatch(tests.strip()):
+            tests = resolve(tests, sample, item)
+        elif isinstance(tests, str):
+            tests = render_template(tests, sample, item)
+        return _test_files(tests, self.base_dir)
+
+    async def _run(self, copy: Path) -> SandboxResult:
+        path, readable = interpreter_access()
+        limits = SandboxLimits(timeout_s=self.spec.timeout_s, memory_mb=self.spec.memory_mb,
+                               max_output_chars=20_000)
+        shell = shutil.which("bash") or "/bin/sh"
+        return await run_sandboxed([shell, "-c", self.spec.command], copy, limits,
+                                   env={"PATH": path, **self.spec.env}, merge_stderr=True,
+                                   readable=readable)
+
+    def _error(self, reason: str) -> Score:
+        return Score(score=0.0, error=f"{self.name}: {reason}", grader=self.name)
+
+    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+        workspace = sample.get("workspace")
+        if not workspace:
+            return self._error("the sample has no workspace; the job needs `rollout.workspace` "
+                               "(a template folder copied for each rollout) so the tests have "
+                               "code to run against")
+        if not Path(workspace).is_dir():
+            return self._error(f"the rollout's workspace {workspace} no longer exists")
+        try:
+            files = self._tests(sample, item)
+            root, copy = await asyncio.to_thread(_prepare, Path(workspace), files)
+        except (TemplateError, _Problem) as e:
+            return self._error(str(e))
+        try:
+            result = await self._run(copy)
+        except SandboxError as e:
+            return self._error(f"the sandbox could not start: {e}")
+        finally:
+            await asyncio.to_thread(remove_workspace, root)
+        return self._score(result)
+
+    def _score(self, result: SandboxResult) -> Score:
+        if result.timed_out:
+            return Score(score=0.0, passed=False, flags=("tests:timeout",), grader=self.name)
+        try:
+            if self.use_pytest:
+                score, subs, flags, ok = _score_pytest(result, self.spec.mode)
+            else:
+                score, subs, flags, ok = _score_exit(result)
+        except _Problem as e:
+            return self._error(str(e))
+        return Score(score=score, sub_scores=subs, passed=ok, flags=flags, grader=self.name)
+
+
+def build(spec: dict[str, Any], base_dir: Path) -> TestsPassGrader:
+    """Registry entry point; a literal ``tests`` path must exist under ``base_dir``."""
+    parsed = validate_spec(TestsPassSpec, spec)
+    tests = parsed.tests
+    try:
+        if isinstance(tests, dict):
+            _test_files(tests, Path(base_dir))
+        elif isinstance(tests, str) and not PLACEHOLDER.search(tests):
+            _test_files(tests, Path(base_dir))
+    except (_Problem, OSError) as e:
+        raise GraderError(f"grader 'tests_pass' (builtin): field 'tests': {e}") from None
+    return TestsPassGrader(parsed, Path(base_dir))
