@@ -1,0 +1,215 @@
+"""The hosted ``endpoint`` grader: your own HTTP service scores each rollout.
+
+Spec (the hosted fields, with arft's defaults)::
+
+    {"type": "endpoint", "name": "my_grader", "url": "https://grader.example/score",
+     "headers": {"Authorization": "Bearer ..."}, "timeout_s": 30, "max_retries": 3,
+     "rate_limit_per_s": null}
+
+Each grade POSTs ``{"sample": <the sample namespace>, "item": <the task's item>, "trace_id":
+<the rollout's trace_id>}`` and expects ``{"score": <finite number>}`` back, optionally with
+``"sub_scores": {name: number}``, ``"passed": bool`` and ``"flags": [str]``. What happens when it
+does not:
+
+* 5xx, 408, 429, a timeout, a connection error or an unusable answer (not JSON, no finite
+  ``score``, wrong types): retried ``max_retries`` times with exponential backoff, then an error
+  Score carrying the last reason.
+* Any other 4xx: an error Score at once (the request itself is wrong; retrying cannot help).
+
+``rate_limit_per_s`` caps how many requests (retries included) the grader starts per second,
+across all its concurrent grades. One pooled keep-alive client per grader and event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from arft.graders.base import GraderError, validate_spec
+from arft.records import Score
+
+RETRYABLE_4XX = frozenset({408, 429})
+"""'Not now' rather than 'bad request': retried like a 5xx."""
+
+
+class EndpointSpec(BaseModel):
+    """The endpoint grader's fields; any other key is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["endpoint"]
+    name: str = "endpoint"
+    """Shown in metrics and error messages."""
+    url: str
+    """The http(s) URL every grade is POSTed to."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Sent with every request (e.g. ``Authorization``)."""
+    timeout_s: float = Field(default=30.0, gt=0)
+    """The longest one attempt may take, connection to last byte."""
+    max_retries: int = Field(default=3, ge=0)
+    """Extra attempts after a retryable failure (so at most ``1 + max_retries`` requests)."""
+    rate_limit_per_s: float | None = Field(default=None, gt=0)
+    """At most this many requests started per second (``None``: no limit)."""
+
+
+class _Retryable(Exception):
+    """An attempt that failed for a reason worth retrying."""
+
+
+class _Fatal(Exception):
+    """An attempt that failed for a reason retrying cannot fix (a 4xx)."""
+
+
+class RateLimiter:
+    """At most ``rate`` acquisitions per second, spaced ``1 / rate`` apart, shared by callers.
+
+    Each caller reserves the next free slot synchronously (no await between reading and writing
+    the slot, so concurrent tasks on one loop cannot take the same slot), then sleeps until it.
+    Any window of one second therefore holds at most ``rate`` slots.
+    """
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate
+        self._next = 0.0
+
+    async def acquire(self) -> None:
+        now = time.monotonic()
+        slot = max(now, self._next)
+        self._next = slot + self.interval
+        if slot > now:
+            await asyncio.sleep(slot - now)
+
+
+@dataclass
+class _Pool:
+    """The keep-alive client and the event loop it belongs to (connections cannot change loops)."""
+
+    client: httpx.AsyncClient
+    loop: asyncio.AbstractEventLoop
+
+
+class EndpointGrader:
+    """Scores a rollout by POSTing it to ``spec.url``; never raises for an endpoint failure."""
+
+    def __init__(self, spec: EndpointSpec, backoff_s: float = 0.5) -> None:
+        """``backoff_s``: the wait before the first retry; each later retry waits twice as long."""
+        self.spec = spec
+        self.name = spec.name
+        self._backoff_s = backoff_s
+        self._limiter = RateLimiter(spec.rate_limit_per_s) if spec.rate_limit_per_s else None
+        self._pool: _Pool | None = None
+
+    async def aclose(self) -> None:
+        """Close the pooled connections (safe to call twice)."""
+        pool, self._pool = self._pool, None
+        # A pool made on another (finished) loop cannot be closed from this one; it is dropped.
+        if pool is not None and pool.loop is asyncio.get_running_loop():
+            await pool.client.aclose()
+
+    def _client(self) -> httpx.AsyncClient:
+        """The pooled client of the running loop (a new pool if the grader moved loops)."""
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool.loop is not loop:
+            client = httpx.AsyncClient(
+                headers={"content-type": "application/json", **self.spec.headers},
+                timeout=httpx.Timeout(self.spec.timeout_s),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+            self._pool = _Pool(client, loop)
+        return self._pool.client
+
+    def _error(self, reason: str) -> Score:
+        return Score(score=0.0, error=f"{self.name}: {reason}", grader=self.name)
+
+    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+        trajectory = sample.get("trajectory")
+        trace_id = trajectory.get("trace_id") if isinstance(trajectory, dict) else None
+        body = json.dumps({"sample": sample, "item": item, "trace_id": trace_id},
+                          default=str).encode()
+        attempts = 1 + self.spec.max_retries
+        failure = "no attempt made"
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(self._backoff_s * 2 ** (attempt - 1))
+            try:
+                return await self._attempt(body)
+            except _Retryable as e:
+                failure = str(e)
+            except _Fatal as e:
+                return self._error(f"{e}; fix the request or the grader server (not retried)")
+        return self._error(f"endpoint {self.spec.url} failed {attempts} time(s); last: {failure} "
+                           "(check that the grader server is up and answers {\"score\": number})")
+
+    async def _attempt(self, body: bytes) -> Score:
+        """One POST, after the rate limiter; a Score or _Retryable / _Fatal."""
+        if self._limiter is not None:
+            await self._limiter.acquire()
+        try:
+            # asyncio.timeout bounds the whole exchange; httpx's own timeout is per read.
+            async with asyncio.timeout(self.spec.timeout_s):
+                response = await self._client().post(self.spec.url, content=body)
+        except (TimeoutError, httpx.TimeoutException):
+            raise _Retryable(f"no answer within {self.spec.timeout_s:g}s") from None
+        except httpx.TransportError as e:
+            raise _Retryable(f"connection failed: {type(e).__name__}: {e}") from None
+        status = response.status_code
+        text = response.text[:300]
+        if 400 <= status < 500 and status not in RETRYABLE_4XX:
+            raise _Fatal(f"HTTP {status} from {self.spec.url}: {text}")
+        if not 200 <= status < 300:
+            raise _Retryable(f"HTTP {status}: {text}")
+        return self._parse(response.content)
+
+    def _parse(self, raw: bytes) -> Score:
+        """The Score in a 2xx answer; _Retryable when the answer is unusable."""
+        try:
+            answer = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise _Retryable(f"answer is not JSON: {raw[:120]!r}") from None
+        if not isinstance(answer, dict):
+            raise _Retryable(f"answer is a JSON {type(answer).__name__}, not an object")
+        score = _number(answer.get("score"))
+        if score is None:
+            raise _Retryable(f"answer has no finite number 'score' (got {answer.get('score')!r})")
+        subs = answer.get("sub_scores") or {}
+        if not isinstance(subs, dict) or any(_number(v) is None for v in subs.values()):
+            raise _Retryable(f"answer's 'sub_scores' is not an object of finite numbers: {subs!r}")
+        passed = answer.get("passed")
+        if passed is not None and not isinstance(passed, bool):
+            raise _Retryable(f"answer's 'passed' is not true, false or null: {passed!r}")
+        flags = answer.get("flags") or []
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+            raise _Retryable(f"answer's 'flags' is not a list of strings: {flags!r}")
+        return Score(score=score, sub_scores={str(k): float(v) for k, v in subs.items()},
+                     passed=passed, flags=tuple(flags), grader=self.name)
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, or ``None`` (booleans are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # a JSON integer too large for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def build(spec: dict[str, Any], base_dir: Path) -> EndpointGrader:
+    """Registry entry point (``base_dir`` is unused). Raises ``GraderError`` for a bad spec."""
+    parsed = validate_spec(EndpointSpec, spec)
+    try:
+        url = httpx.URL(parsed.url)
+    except httpx.InvalidURL:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host:
+        raise GraderError(f"grader {parsed.name!r} (endpoint): field 'url': {parsed.url!r} is not "
+                          "an http(s) URL; write it like https://host:port/path")
+    return EndpointGrader(parsed)
