@@ -13,7 +13,8 @@ credential changes must not happen in the (threaded, possibly huge) trainer proc
 3. forks: the parent stays as a supervisor that waits, reports the exit status on the report
    pipe and then SIGKILLs its whole process group (so nothing the command started survives);
 4. the child (pid 1 of the new pid namespace when there is one) makes a private /tmp and
-   /dev/shm, makes every other mount read-only except the workspace, mounts a fresh /proc,
+   /dev/shm, hides the ``hidden`` folders behind empty tmpfs (optionally puts a private tmpfs
+   on the workspace), makes every other mount read-only except the workspace, mounts a fresh /proc,
    hands the workspace to the sandbox uid, sets rlimits, drops to the unprivileged uid, sets
    no_new_privs and a parent-death SIGKILL, and reports the layers it applied;
 5. it forks once more: the grandchild execs ARGV, the child stays as init (reaps orphans)
