@@ -55,6 +55,13 @@ class MultiGrader:
         self.children = children
         self.formula = formula
 
+    async def aclose(self) -> None:
+        """Close every child that holds resources (python pools, judge connections)."""
+        from arft.graders.base import close_grader
+
+        for child in self.children.values():
+            await close_grader(child)
+
     async def _child(self, key: str, grader: Grader, sample: dict[str, Any],
                      item: dict[str, Any]) -> Score:
         """One child's Score; whatever goes wrong in the child becomes an error Score."""

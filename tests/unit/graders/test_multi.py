@@ -159,3 +159,23 @@ def test_children_are_named_by_key_unless_named() -> None:
     assert isinstance(grader, MultiGrader)
     assert {k: g.name for k, g in grader.children.items()} == {"exact": "exact",
                                                               "lyon": "mentions_lyon"}
+
+
+async def test_multi_closes_its_children(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from arft.graders.base import close_grader
+    from arft.graders.registry import build_grader
+
+    closed: list[str] = []
+
+    class Child:
+        name = "c"
+
+        async def aclose(self) -> None:
+            closed.append(self.name)
+
+    grader = build_grader({"type": "multi", "name": "m", "calculate_output": "a",
+                           "graders": {"a": {"type": "string_check", "input": "x", "reference": "x",
+                                             "operation": "eq"}}}, tmp_path)
+    grader.children["b"] = Child()  # type: ignore[attr-defined]
+    await close_grader(grader)
+    assert closed == ["c"]
