@@ -327,7 +327,14 @@ def grade_once_forked(fn, args: list, limits: dict, proto: tuple[int, int], own_
                       scratch: str) -> bytes:
     """Fork a child for one call and return the answer to send back."""
     answer_r, answer_w = os.pipe()
-    child = os.fork()
+    for _ in range(40):  # EAGAIN: the sandbox uid's process limit is briefly full (see _launch)
+        try:
+            child = os.fork()
+            break
+        except BlockingIOError:
+            time.sleep(0.05)
+    else:
+        child = os.fork()
     if child == 0:
         run_child(fn, args, limits, answer_w, (answer_r, *proto))
     os.close(answer_w)

@@ -33,6 +33,7 @@ import os
 import re
 import resource
 import signal
+import time
 import stat
 import sys
 
@@ -422,10 +423,25 @@ def run_child(cfg: dict, argv: list[str], report: Report, userns: bool) -> None:
         report.fail(f"required isolation {missing} is not available here (applied: "
                     f"{report.layers}); run on a host that allows it or drop the requirement")
     report.send(isolation=report.layers)
-    command = os.fork()
+    command = fork_retrying()
     if command == 0:
         exec_command(program, argv, env, report)
     wait_as_init(command, report)
+
+
+def fork_retrying(attempts: int = 40, wait_s: float = 0.05) -> int:
+    """``os.fork`` as the sandbox uid, waiting out EAGAIN for up to ~2 s.
+
+    RLIMIT_NPROC counts every process of the sandbox uid on the host, so the processes of a
+    sandbox that is still being torn down (a killed fork bomb, say) can briefly use up the
+    limit of the next one: wait for them to go rather than fail the call.
+    """
+    for _ in range(attempts - 1):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            time.sleep(wait_s)
+    return os.fork()
 
 
 def exec_command(program: str, argv: list[str], env: dict[str, str], report: Report) -> None:
