@@ -76,11 +76,25 @@ class _Run:
     group_size: int
     hooks: Hooks
     result: TrainResult
+    tensorboard: Any = None
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         self.store.add_metrics(self.run_id, step, values)
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps({"step": step, **values}) + "\n")
+        if self.tensorboard is not None:
+            for name, value in values.items():
+                self.tensorboard.add_scalar(name, value, step)
+            self.tensorboard.flush()
+
+
+def open_tensorboard(run_dir: Path) -> Any:
+    """A SummaryWriter in ``RUN_DIR/tensorboard`` when TensorBoard is installed, else None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # optional: metrics.jsonl and the store always have everything
+        return None
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 
 
 async def _evaluate(run: _Run, step: int) -> Any:
@@ -215,14 +229,18 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
         runner = RolloutRunner.from_job(job, engine, toolbox, grader, store=store, run_id=run_id,
                                         run_dir=run_dir)
         run = _Run(job, run_dir, run_id, runner, learner, store, train_tasks, val_tasks, total,
-                   group_size, hooks, TrainResult(run_dir, total))
+                   group_size, hooks, TrainResult(run_dir, total), open_tensorboard(run_dir))
         cursor = Cursor()
         if checkpoint is not None:
             cursor, _ = load_checkpoint(checkpoint, learner)
             hooks.status(f"resumed from {checkpoint.name}")
         elif not store.has_run(run_id):
             store.create_run(run_id, "train", job.model_dump(mode="json"))
-        await _loop(run, cursor, checkpoint is None)
+        try:
+            await _loop(run, cursor, checkpoint is None)
+        finally:
+            if run.tensorboard is not None:
+                run.tensorboard.close()
         store.finish_run(run_id, "completed")
     finally:
         store.close()

@@ -63,6 +63,9 @@ async def test_resume_equals_uninterrupted_and_merge_loads(tmp_path: Path, token
     straight = await train(job, tmp_path / "a", model=tiny(tokenizer), **kw)
     assert straight.steps == 3 and len(straight.history) == 3
     assert set(straight.evals) == {0, 2, 3}
+    assert any((tmp_path / "a" / "tensorboard").iterdir())  # TensorBoard events when installed
+    lines = (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 6  # 3 steps + evals at 0, 2, 3
     for m in straight.history:
         assert m["update/tokens"] > 0 and m["update/grad_norm"] > 0
         assert all(v == v for k, v in m.items() if k.startswith("update/"))  # finite, no NaN
