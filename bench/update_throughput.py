@@ -44,6 +44,8 @@ def main() -> None:
     ap.add_argument("--sampled", type=int, default=180)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--micro", type=int, default=None, help="micro-batch size (default: the trainer's)")
+    ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     args = ap.parse_args()
 
     import random
@@ -59,7 +61,8 @@ def main() -> None:
     model, tok = load_model("smollm2-135m-instruct")
     n_params = sum(p.numel() for p in model.parameters())
     cfg = model.config
-    spec = TrainingSpec(micro_batch_size=args.seqs)
+    spec = TrainingSpec(gradient_checkpointing=args.checkpointing,
+                        **({"micro_batch_size": args.micro} if args.micro else {}))
     learner = Learner(wrap_policy(model, spec, 0), spec, lr=1e-5, total_steps=100, temperature=1.0, pad_id=0)
     rng = random.Random(0)
     ids = tuple(tuple(rng.randrange(3, len(tok)) for _ in range(args.len)) for _ in range(args.seqs))
@@ -84,6 +87,7 @@ def main() -> None:
     peak = statistics.median(peaks)
     rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
     print(f"update {args.seqs} x {args.len} tokens (loss on {args.sampled}/seq), LoRA, bf16 autocast, "
+          f"micro-batch {spec.micro_batch_size}, checkpointing {spec.gradient_checkpointing}, "
           f"{args.threads} threads, median of {args.repeats}")
     print(f"  update: {t_med:.2f} s = {tok_s:.0f} tok/s = {achieved:.1f} GFLOP/s (model FLOPs)")
     print(f"  bf16 matmul peak (2048^2, same run): {peak:.1f} GFLOP/s")

@@ -46,6 +46,8 @@ class Learner:
         import torch
 
         self.policy, self.spec, self.pad_id = policy, spec, pad_id
+        if spec.gradient_checkpointing:
+            _enable_checkpointing(policy)
         self.params = [p for p in policy.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the policy has no trainable parameters: check training.finetune / lora")
@@ -151,6 +153,13 @@ class Learner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _enable_checkpointing(policy: Any) -> None:
+    """Activation checkpointing that works with frozen base weights (LoRA)."""
+    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    base.config.use_cache = False
 
 
 def _lr_factor(step: int, spec: TrainingSpec, total: int) -> float:

@@ -71,7 +71,7 @@ def _learner(model: Any, **kw: Any) -> Learner:
     return Learner(wrap_policy(model, spec, seed=0), spec, lr=1e-2, total_steps=3, temperature=1.0, pad_id=0)
 
 
-@pytest.mark.parametrize("kw", [{}, {"kl_coef": 0.1, "updates_per_batch": 2}])
+@pytest.mark.parametrize("kw", [{}, {"kl_coef": 0.1, "updates_per_batch": 2}, {"gradient_checkpointing": True}])
 def test_one_update_changes_lora_params_with_finite_loss(tokenizer: Any, kw: dict) -> None:
     from arft.models.loading import tiny_model
 
