@@ -28,6 +28,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 bench: setup
+	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python bench/engine_throughput.py
 	$(BIN)/python bench/loop_overhead.py
 	$(BIN)/python bench/endpoint_latency.py
