@@ -22,6 +22,9 @@ calculator = _tools.calculator
 @pytest.mark.embedded
 async def test_embedded_model_calls_the_calculator(tmp_path: Path) -> None:
     job = load_job(EXAMPLE)
+    # The tool block's worked example on and a fixed seed: calls in ~half the samples, reproducibly.
+    job = job.model_copy(update={"rollout": job.rollout.model_copy(update={"worked_example": True}),
+                                 "sampling": job.sampling.model_copy(update={"seed": 11})})
     tasks = load_split(job, "validation", 2)
     result = await evaluate(job, tasks, 4, tmp_path / "run")
     rollouts = result.rollouts
