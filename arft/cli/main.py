@@ -115,7 +115,6 @@ def show_cmd(run_dir: Path = typer.Argument(..., help="A run directory."),
              trace_id: Optional[str] = typer.Argument(None, help="A rollout's trace_id (default: list them).")) -> None:
     """Print one trajectory readably (or list the run's rollouts)."""
     from arft.report.trajectory import render_trajectory
-    from arft.tracing.store import RunStore
 
     store = _open_store(run_dir)
     with store:

@@ -21,7 +21,7 @@ import difflib
 import json
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from arft.records import Message, Rollout, Score
 
@@ -134,3 +134,16 @@ async def close_grader(grader: object) -> None:
             if inspect.isawaitable(result):
                 await result
             return
+
+
+class InputReferenceSpec(BaseModel):
+    """The fields hosted graders that compare two templated texts share; other keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """Shown in metrics and error messages (the hosted API requires it; arft defaults it)."""
+    input: str
+    """Template of the text under test, usually ``{{ sample.output_text }}``."""
+    reference: str
+    """Template of the expected text, usually ``{{ item.<key> }}``."""

@@ -63,17 +63,26 @@ def _error_score(name: str, exc: BaseException | str, latency_s: float) -> Score
 
 
 async def grade_rollout(grader: Grader, rollout: Rollout, workspace: Path | None = None) -> Score:
-    """Grade ``rollout``; never raises (except cancellation).
+    """Grade ``rollout`` (see ``grade_sample``); never raises (except cancellation)."""
+    name = str(getattr(grader, "name", None) or type(grader).__name__)
+    try:
+        sample = build_sample(rollout, workspace)
+    except Exception as e:  # noqa: BLE001 - a broken sample must not stop training
+        return _error_score(name, e, 0.0)
+    return await grade_sample(grader, sample, rollout.item)
 
-    Any exception from building the sample or from the grader, a result that is not a
-    ``Score``, or a non-finite score becomes ``Score(score=0.0, error="<grader>: <reason>")``
-    so the rollout loop can count it as a grader error. ``latency_s`` is the grading time and
-    ``grader`` is the grader's name.
+
+async def grade_sample(grader: Grader, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    """Grade one sample; never raises (except cancellation).
+
+    Any exception from the grader, a result that is not a ``Score``, or a non-finite score
+    becomes ``Score(score=0.0, error="<grader>: <reason>")`` so the rollout loop can count it as
+    a grader error. ``latency_s`` is the grading time and ``grader`` is the grader's name.
     """
     name = str(getattr(grader, "name", None) or type(grader).__name__)
     start = time.perf_counter()
     try:
-        score = await grader.grade(build_sample(rollout, workspace), rollout.item)
+        score = await grader.grade(sample, item)
     except Exception as e:  # noqa: BLE001 - a broken grader must not stop training
         return _error_score(name, e, time.perf_counter() - start)
     latency = time.perf_counter() - start

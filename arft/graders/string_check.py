@@ -14,25 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
 
-from arft.graders.base import validate_spec
+from arft.graders.base import InputReferenceSpec, validate_spec
 from arft.graders.templates import TemplateError, render_template
 from arft.records import Score
 
 
-class StringCheckSpec(BaseModel):
+class StringCheckSpec(InputReferenceSpec):
     """The hosted string_check fields; any other key is an error."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["string_check"]
     name: str = "string_check"
-    """Shown in metrics and error messages (the hosted API requires it; arft defaults it)."""
-    input: str
-    """Template of the text under test, usually ``{{ sample.output_text }}``."""
-    reference: str
-    """Template of the expected text, usually ``{{ item.<key> }}``."""
     operation: Literal["eq", "ne", "neq", "like", "ilike"]
 
 

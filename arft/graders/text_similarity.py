@@ -41,9 +41,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from arft.graders.base import GraderError, validate_spec
+from arft.graders.base import GraderError, InputReferenceSpec, validate_spec
 from arft.graders.templates import TemplateError, render_template
 from arft.records import Score
 
@@ -63,18 +63,11 @@ class MetricUnavailable(RuntimeError):
     """A metric whose library or data is not installed; the message says what to install."""
 
 
-class TextSimilaritySpec(BaseModel):
+class TextSimilaritySpec(InputReferenceSpec):
     """The hosted text_similarity fields; any other key is an error."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["text_similarity"]
     name: str = "text_similarity"
-    """Shown in metrics and error messages (the hosted API requires it; arft defaults it)."""
-    input: str
-    """Template of the text under test, usually ``{{ sample.output_text }}``."""
-    reference: str
-    """Template of the expected text, usually ``{{ item.<key> }}``."""
     evaluation_metric: Metric
     pass_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     """When set, ``passed`` is ``score >= pass_threshold``; otherwise ``passed`` is ``None``."""

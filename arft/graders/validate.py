@@ -16,13 +16,11 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-import math
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from arft.graders.base import close_grader, Grader, GraderError, build_sample
+from arft.graders.base import GraderError, build_sample, close_grader
 from arft.graders.templates import PLACEHOLDER, TemplateError, _parse_path, resolve
 from arft.records import Message, Rollout, Score, new_trace_id
 
@@ -118,26 +116,6 @@ def complete_sample(raw: dict[str, Any]) -> dict[str, Any]:
 # -- grading one sample ------------------------------------------------------------------------
 
 
-def _error_score(name: str, reason: str, latency_s: float) -> Score:
-    return Score(score=0.0, error=f"{name}: {reason}", grader=name, latency_s=latency_s)
-
-
-async def grade_sample(grader: Grader, sample: dict[str, Any], item: dict[str, Any]) -> Score:
-    """Grade one sample; never raises (a failure is an error ``Score``, as in ``grade_rollout``)."""
-    name = str(getattr(grader, "name", None) or type(grader).__name__)
-    start = time.perf_counter()
-    try:
-        score = await grader.grade(sample, item)
-    except Exception as e:  # noqa: BLE001 - reported as the grade's error, like grade_rollout
-        return _error_score(name, f"{type(e).__name__}: {e}", time.perf_counter() - start)
-    latency = time.perf_counter() - start
-    if not isinstance(score, Score):
-        return _error_score(name, f"returned {type(score).__name__}, expected a Score", latency)
-    if not math.isfinite(score.score):
-        return _error_score(name, f"returned a non-finite score {score.score}", latency)
-    return score.model_copy(update={"latency_s": latency, "grader": score.grader or name})
-
-
 async def run_grader(spec: dict[str, Any], base_dir: Path, item: dict[str, Any],
                      sample: dict[str, Any]) -> Score:
     """The hosted graders/run: build ``spec`` and grade one (complete) sample.
@@ -145,7 +123,7 @@ async def run_grader(spec: dict[str, Any], base_dir: Path, item: dict[str, Any],
     Raises ``GraderError`` for a spec that does not build; every grading failure is an error
     ``Score`` instead.
     """
-    from arft.graders.registry import build_grader
+    from arft.graders.registry import build_grader, grade_sample
 
     grader = build_grader(spec, base_dir)
     try:
