@@ -283,8 +283,10 @@ async def test_no_writes_outside_the_scratch_dir(grader: PythonGrader, where: st
         s = await run(grader, "write", path=str(target))
         need(grader, "readonly_fs", "private_tmp")
         assert not target.exists()
-        assert s.score == 0.0 and ("Read-only file system" in (s.error or "")
-                                   or "No such file or directory" in (s.error or "")), s
+        # Which refusal depends on where the folder is (a repo checked out under /tmp sits in
+        # the sandbox's private /tmp, behind root-owned mount points): any refusal will do.
+        refusals = ("Read-only file system", "No such file or directory", "Permission denied")
+        assert s.score == 0.0 and any(r in (s.error or "") for r in refusals), s
     finally:
         target.unlink(missing_ok=True)
         if where != "repo":
