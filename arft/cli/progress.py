@@ -80,6 +80,13 @@ class TrainDisplay:
     def _step(self, step: int, m: dict[str, float]) -> None:
         self._close()
         g = m.get
+        if "update/lr" not in m:  # every group dropped (no reward variance): nothing to learn from
+            self.console.print(
+                f"step {step:3d}  reward {g('train/reward_mean', float('nan')):.3f}  "
+                f"calls/rollout {g('train/tool_calls_mean', float('nan')):.2f}  no update: "
+                f"{int(g('train/groups_dropped', 0))}/{int(g('train/groups', 0))} groups without "
+                f"reward variance  t {g('time/rollouts_s', 0):.0f}s")
+            return
         self.console.print(
             f"step {step:3d}  reward {g('train/reward_mean', float('nan')):.3f}  "
             f"calls/rollout {g('train/tool_calls_mean', float('nan')):.2f}  "

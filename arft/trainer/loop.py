@@ -233,6 +233,7 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
         cursor = Cursor()
         if checkpoint is not None:
             cursor, _ = load_checkpoint(checkpoint, learner)
+            run.result.evals.update(_stored_evals(store, run_id, cursor.step))
             hooks.status(f"resumed from {checkpoint.name}")
         elif not store.has_run(run_id):
             store.create_run(run_id, "train", job.model_dump(mode="json"))
@@ -248,6 +249,21 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
         await close_grader(grader)
         await engine.aclose()
     return run.result
+
+
+def _stored_evals(store: Any, run_id: str, up_to: int) -> dict[int, Any]:
+    """The evaluations a resumed run already made (the baseline among them), from its store."""
+    from arft.report.summary import summarize
+
+    evals: dict[int, Any] = {}
+    for r in store.runs():
+        step = (r.get("job") or {}).get("step")
+        if r["kind"] == "eval" and r["run_id"].startswith(f"{run_id}:eval-") and step is not None \
+                and step <= up_to:
+            rollouts = store.rollouts(r["run_id"])
+            if rollouts:
+                evals[int(step)] = summarize(rollouts)
+    return evals
 
 
 async def _loop(run: _Run, cursor: Cursor, fresh: bool) -> None:

@@ -74,6 +74,7 @@ async def test_resume_equals_uninterrupted_and_merge_loads(tmp_path: Path, token
     await train(short, tmp_path / "b", model=tiny(tokenizer), **kw)
     resumed = await train(job, tmp_path / "b", resume=True, model=tiny(tokenizer), **kw)
     assert [m["step"] for m in resumed.history] == [2, 3]
+    assert set(resumed.evals) == {0, 1, 2, 3}  # evals made before the interruption are kept
     a, b = adapter(tmp_path / "a"), adapter(tmp_path / "b")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert resumed.history[-1]["train/reward_mean"] == straight.history[-1]["train/reward_mean"]
