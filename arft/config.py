@@ -305,6 +305,14 @@ class JobSpec(Spec):
     def rl(self) -> Reinforcement:
         return self.method.reinforcement
 
+    @property
+    def model_ref(self) -> str:
+        """``model`` with a relative local path (directory or .gguf) resolved against the job file."""
+        local = self.base_dir / self.model
+        if self.model != EMBEDDED_MODEL and not Path(self.model).is_absolute() and local.exists():
+            return str(local.resolve())
+        return self.model
+
     def path(self, value: str | None) -> Path | None:
         """An input path from the job resolved against the job file's folder."""
         if value is None:

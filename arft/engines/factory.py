@@ -11,7 +11,7 @@ def build_engine(job: JobSpec) -> TokenEngine | ChatEngine:
     if job.engine.type == "openai":
         from arft.engines.openai_engine import OpenAIEngine
 
-        return OpenAIEngine.from_spec(job.model, job.engine)
+        return OpenAIEngine.from_spec(job.model, job.engine)  # a served model's name, not a path
     from arft.engines.transformers_engine import TransformersEngine
 
-    return TransformersEngine.from_spec(job.model, job.engine)
+    return TransformersEngine.from_spec(job.model_ref, job.engine)

@@ -40,7 +40,7 @@ def merge_run(run_dir: Path, out_dir: Path, model: Any = None, tokenizer: Any = 
     if checkpoint is None:
         raise ValueError(f"{run_dir} has no checkpoint yet: train at least `checkpoint_every` steps")
     if model is None:
-        model, tokenizer = load_model(job.model, dtype="float32", device="cpu")
+        model, tokenizer = load_model(job.model_ref, dtype="float32", device="cpu")
     model = model.float()
     policy = wrap_policy(model, job.training, job.seed)
     state = load_file(str(checkpoint / "trainable.safetensors"))

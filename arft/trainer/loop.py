@@ -187,7 +187,7 @@ async def _open(job: JobSpec, run_dir: Path, model: Any, tokenizer: Any, grader:
         grader = build_grader(job.rl.grader, job.base_dir)
     if model is None:
         dtype = "float32" if job.training.finetune == "full" else job.engine.dtype
-        model, tokenizer = load_model(job.model, dtype=dtype, device=job.engine.device)
+        model, tokenizer = load_model(job.model_ref, dtype=dtype, device=job.engine.device)
     policy = wrap_policy(model, job.training, job.seed)
     policy.eval()
     engine = TransformersEngine(policy, tokenizer, max_batch_size=max_batch_size or job.engine.max_batch_size)
@@ -236,7 +236,9 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
             run.result.evals.update(_stored_evals(store, run_id, cursor.step))
             hooks.status(f"resumed from {checkpoint.name}")
         elif not store.has_run(run_id):
-            store.create_run(run_id, "train", job.model_dump(mode="json"))
+            # The model as an absolute reference: `arft merge` reloads it from anywhere.
+            store.create_run(run_id, "train", job.model_copy(update={"model": job.model_ref})
+                             .model_dump(mode="json"))
         try:
             await _loop(run, cursor, checkpoint is None)
         finally:

@@ -231,3 +231,18 @@ def test_spec_round_trips_through_json(tmp_path: Path) -> None:
     job = load_job(write(tmp_path / "job.yaml", ARFT_YAML))
     again = JobSpec.model_validate_json(job.model_dump_json())
     assert again.model_dump() == job.model_dump()
+
+
+def test_relative_model_directory_resolves_against_the_job_file(tmp_path: Path) -> None:
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    job_path = tmp_path / "job.json"
+    data = json.loads(json.dumps(HOSTED))
+    data["model"] = "models/mine"
+    job_path.write_text(json.dumps(data))
+    from arft.config import load_job
+
+    job = load_job(job_path)
+    assert job.model_ref == str((tmp_path / "models" / "mine").resolve())
+    data["model"] = "org/hub-model"  # not a local path: passed through as a hub id
+    job_path.write_text(json.dumps(data))
+    assert load_job(job_path).model_ref == "org/hub-model"
