@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from dataclasses import asdict
 from typing import Any, Iterator
 
@@ -29,7 +30,9 @@ def wrap_policy(model: Any, spec: TrainingSpec, seed: int) -> Any:
     torch.manual_seed(seed)  # adapter init is part of the run's determinism
     config = LoraConfig(r=spec.lora.r, lora_alpha=spec.lora.alpha, lora_dropout=spec.lora.dropout,
                         target_modules=spec.lora.target_modules, task_type="CAUSAL_LM")
-    return get_peft_model(model, config)  # adapters are fp32 (autocast_adapter_dtype)
+    with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5: not ours
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, config)  # adapters are fp32 (autocast_adapter_dtype)
 
 
 def base_learning_rate(spec: TrainingSpec, multiplier: float) -> float:
