@@ -161,7 +161,12 @@ class Learner:
 def _enable_checkpointing(policy: Any) -> None:
     """Activation checkpointing that works with frozen base weights (LoRA)."""
     base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
-    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    # transformers 5 renamed it (the old name warns); older releases only have the old one.
+    kwargs = {"use_reentrant": False}
+    if hasattr(base, "activation_checkpointing_enable"):
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     base.config.use_cache = False
 
 
