@@ -24,6 +24,7 @@ from arft.trainer.advantages import group_advantages
 from arft.trainer.batching import to_train_batch
 from arft.trainer.checkpoints import (Cursor, batch_for, latest_checkpoint, load_checkpoint, save_checkpoint,
                                       steps_per_epoch)
+from arft.trainer.memory import release_memory
 
 EVAL_SEED_OFFSET = 7_919_000
 """Evaluations sample with the same seeds every time, so eval curves compare like with like."""
@@ -111,6 +112,7 @@ async def _evaluate(run: _Run, step: int) -> Any:
     rollouts = await run.runner.run_many(run.val_tasks, k, run.hooks.rollout_done,
                                          seed=run.job.seed + EVAL_SEED_OFFSET)
     run.store.finish_run(eval_id, "completed")
+    release_memory()
     summary = summarize(rollouts)
     run.metrics(step, flat_metrics(summary, "eval"))
     run.result.evals[step] = summary
@@ -159,10 +161,12 @@ async def _step(run: _Run, cursor: Cursor) -> Cursor:
     rollouts = await run.runner.run_many(tasks, run.group_size, run.hooks.rollout_done,
                                          seed=run.job.seed + 1_000_000 * (cursor.step + 1))
     t_rollouts = time.perf_counter() - t0
+    release_memory()
     advantages, reward_metrics = _advantages(run, rollouts)
     batch = to_train_batch(rollouts, advantages)
     t1 = time.perf_counter()
     update = run.learner.update(batch) if batch.input_ids else {"update/tokens": 0.0}
+    release_memory()
     t_update = time.perf_counter() - t1
     values = {**flat_metrics(summarize(rollouts), "train"), **reward_metrics, **update,
               "train/sequences": float(len(batch.input_ids)),

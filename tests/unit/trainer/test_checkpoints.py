@@ -33,3 +33,12 @@ def test_a_half_written_checkpoint_is_never_latest(tmp_path: Path) -> None:
     assert latest_checkpoint(tmp_path) == root / "step-000002"
     (root / "latest").write_text("step-000004")  # points at something incomplete
     assert latest_checkpoint(tmp_path) is None
+
+
+def test_release_memory_trims_the_heap_on_glibc() -> None:
+    import platform
+
+    from arft.trainer.memory import release_memory
+
+    result = release_memory()
+    assert result is (platform.libc_ver()[0] == "glibc")
