@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 import httpx
 
 from arft.engines.base import ChatReply, EngineError, SamplingParams
+from arft.http import RETRYABLE_4XX, LoopClient, backoff_delay
 from arft.records import FunctionCall, Message, ToolCall
 
 if TYPE_CHECKING:
     from arft.config import EngineSpec
 
-_RETRY_STATUS = frozenset({408, 429})  # request timeout, rate limited: worth another try
 _TOOL_CHOICE_WORDS = frozenset({"auto", "required", "none"})
 
 
@@ -45,8 +45,7 @@ class OpenAIEngine:
         self.backoff_s = backoff_s
         """First wait between retries; it doubles after every failed try (capped at 30 s)."""
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._client = LoopClient(timeout=timeout_s)
 
     @classmethod
     def from_spec(cls, model_name: str, spec: "EngineSpec") -> "OpenAIEngine":
@@ -70,7 +69,7 @@ class OpenAIEngine:
         last = "no attempt made"
         for attempt in range(self.max_retries + 1):
             if attempt:
-                await asyncio.sleep(min(self.backoff_s * 2 ** (attempt - 1), 30.0))
+                await asyncio.sleep(backoff_delay(self.backoff_s, attempt))
             try:
                 return parse_reply(await self._post(body), self.url)
             except _Retryable as e:
@@ -101,12 +100,12 @@ class OpenAIEngine:
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         """The decoded JSON answer; raises ``_Retryable`` or ``EngineError``."""
         try:
-            response = await self._http().post(self.url, json=body, headers=self._headers)
+            response = await self._client.get().post(self.url, json=body, headers=self._headers)
         except httpx.TimeoutException as e:
             raise _Retryable(f"timed out after {self.timeout_s} s ({type(e).__name__})") from e
         except httpx.TransportError as e:
             raise _Retryable(f"connection failed ({type(e).__name__}: {e})") from e
-        if response.status_code >= 500 or response.status_code in _RETRY_STATUS:
+        if response.status_code >= 500 or response.status_code in RETRYABLE_4XX:
             raise _Retryable(f"HTTP {response.status_code}: {_server_message(response)}")
         if response.status_code >= 400:
             raise EngineError(f"{self.url} rejected the request with HTTP {response.status_code}: "
@@ -120,21 +119,8 @@ class OpenAIEngine:
             raise _Retryable(f"the answer is not a JSON object: {response.text[:200]!r}")
         return data
 
-    def _http(self) -> httpx.AsyncClient:
-        # Connections belong to the event loop that opened them: a new loop gets a new client.
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop or self._client.is_closed:
-            self._client = httpx.AsyncClient(timeout=self.timeout_s)
-            self._client_loop = loop
-        return self._client
-
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None and not client.is_closed:
-            try:
-                await client.aclose()
-            except RuntimeError:
-                pass  # opened on an event loop that is gone: its sockets went with it
+        await self._client.aclose()
 
 
 def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:

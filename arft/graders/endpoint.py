@@ -26,7 +26,6 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,10 +33,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from arft.graders.base import GraderError, validate_spec
+from arft.http import RETRYABLE_4XX, LoopClient, backoff_delay
 from arft.records import Score
 
-RETRYABLE_4XX = frozenset({408, 429})
-"""'Not now' rather than 'bad request': retried like a 5xx."""
 
 
 class EndpointSpec(BaseModel):
@@ -88,14 +86,6 @@ class RateLimiter:
             await asyncio.sleep(slot - now)
 
 
-@dataclass
-class _Pool:
-    """The keep-alive client and the event loop it belongs to (connections cannot change loops)."""
-
-    client: httpx.AsyncClient
-    loop: asyncio.AbstractEventLoop
-
-
 class EndpointGrader:
     """Scores a rollout by POSTing it to ``spec.url``; never raises for an endpoint failure."""
 
@@ -105,25 +95,14 @@ class EndpointGrader:
         self.name = spec.name
         self._backoff_s = backoff_s
         self._limiter = RateLimiter(spec.rate_limit_per_s) if spec.rate_limit_per_s else None
-        self._pool: _Pool | None = None
+        self._http = LoopClient(
+            headers={"content-type": "application/json", **spec.headers},
+            timeout=httpx.Timeout(spec.timeout_s),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
 
     async def aclose(self) -> None:
         """Close the pooled connections (safe to call twice)."""
-        pool, self._pool = self._pool, None
-        # A pool made on another (finished) loop cannot be closed from this one; it is dropped.
-        if pool is not None and pool.loop is asyncio.get_running_loop():
-            await pool.client.aclose()
-
-    def _client(self) -> httpx.AsyncClient:
-        """The pooled client of the running loop (a new pool if the grader moved loops)."""
-        loop = asyncio.get_running_loop()
-        if self._pool is None or self._pool.loop is not loop:
-            client = httpx.AsyncClient(
-                headers={"content-type": "application/json", **self.spec.headers},
-                timeout=httpx.Timeout(self.spec.timeout_s),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
-            self._pool = _Pool(client, loop)
-        return self._pool.client
+        await self._http.aclose()
 
     def _error(self, reason: str) -> Score:
         return Score(score=0.0, error=f"{self.name}: {reason}", grader=self.name)
@@ -137,7 +116,7 @@ class EndpointGrader:
         failure = "no attempt made"
         for attempt in range(attempts):
             if attempt:
-                await asyncio.sleep(self._backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(backoff_delay(self._backoff_s, attempt))
             try:
                 return await self._attempt(body)
             except _Retryable as e:
@@ -154,7 +133,7 @@ class EndpointGrader:
         try:
             # asyncio.timeout bounds the whole exchange; httpx's own timeout is per read.
             async with asyncio.timeout(self.spec.timeout_s):
-                response = await self._client().post(self.spec.url, content=body)
+                response = await self._http.get().post(self.spec.url, content=body)
         except (TimeoutError, httpx.TimeoutException):
             raise _Retryable(f"no answer within {self.spec.timeout_s:g}s") from None
         except httpx.TransportError as e:

@@ -18,19 +18,18 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from arft.config import EndpointToolSpec
+from arft.http import RETRYABLE_4XX, LoopClient, backoff_delay
 from arft.tools.base import ToolContext, ToolOutcome, function_tool_schema
 
 MAX_BYTES = 1 << 20
 """The hosted contract's 1 MB limit on a request body and on a response body."""
 ERROR_BODY_CHARS = 500
 """How much of a 4xx body the model sees."""
-RETRYABLE_4XX = frozenset({408, 429})
 
 
 class _Retryable(Exception):
@@ -43,14 +42,6 @@ class _Retryable(Exception):
 
 class _TooLarge(Exception):
     """The response body passed ``MAX_BYTES``; retrying would only fetch it again."""
-
-
-@dataclass
-class _Pool:
-    """The keep-alive client and the event loop it belongs to (connections cannot change loops)."""
-
-    client: httpx.AsyncClient
-    loop: asyncio.AbstractEventLoop
 
 
 class EndpointTool:
@@ -70,7 +61,10 @@ class EndpointTool:
                              "an http(s) URL; write it like https://host:port/path")
         self._spec = spec
         self._backoff_s = backoff_s
-        self._pool: _Pool | None = None
+        self._http = LoopClient(
+            headers={"content-type": "application/json", **spec.headers},
+            timeout=httpx.Timeout(spec.timeout_s),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
 
     @property
     def name(self) -> str:
@@ -82,10 +76,7 @@ class EndpointTool:
 
     async def aclose(self) -> None:
         """Close the pooled connections (safe to call twice)."""
-        pool, self._pool = self._pool, None
-        # A pool made on another (finished) loop cannot be closed from this one; it is dropped.
-        if pool is not None and pool.loop is asyncio.get_running_loop():
-            await pool.client.aclose()
+        await self._http.aclose()
 
     async def call(self, arguments: str, ctx: ToolContext) -> ToolOutcome:
         """POST the call; retry what is worth retrying; never raises for an endpoint failure."""
@@ -103,7 +94,7 @@ class EndpointTool:
         failure = _Retryable("no attempt made")
         for attempt in range(attempts):
             if attempt:
-                await asyncio.sleep(self._backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(backoff_delay(self._backoff_s, attempt))
             try:
                 return await self._attempt(body, ctx.call_id)
             except _Retryable as e:
@@ -138,7 +129,7 @@ class EndpointTool:
 
     async def _post(self, body: bytes) -> tuple[int, bytes]:
         """POST and read the answer as a stream, giving up as soon as it passes ``MAX_BYTES``."""
-        async with self._client().stream("POST", self._spec.server_url, content=body) as resp:
+        async with self._http.get().stream("POST", self._spec.server_url, content=body) as resp:
             declared = resp.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > MAX_BYTES:
                 raise _TooLarge(f"response of {declared} bytes exceeds 1 MB")
@@ -151,17 +142,6 @@ class EndpointTool:
                 chunks.append(chunk)
             return resp.status_code, b"".join(chunks)
 
-    def _client(self) -> httpx.AsyncClient:
-        """The pooled client of the running loop (a new pool if the tool moved to another loop)."""
-        loop = asyncio.get_running_loop()
-        if self._pool is None or self._pool.loop is not loop:
-            # Connections of an old loop cannot be reused (or closed) from this one: drop them.
-            client = httpx.AsyncClient(
-                headers={"content-type": "application/json", **self._spec.headers},
-                timeout=httpx.Timeout(self._spec.timeout_s),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
-            self._pool = _Pool(client, loop)
-        return self._pool.client
 
 
 def _parse_answer(raw: bytes, call_id: str, status: int) -> str:
