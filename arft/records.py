@@ -156,6 +156,11 @@ class Rollout(Frozen):
         return ""
 
     @property
+    def model_calls(self) -> tuple[ToolCallRecord, ...]:
+        """The tool calls the model made: every record but unparseable ones (parse errors)."""
+        return tuple(c for c in self.tool_calls if c.status != "parse_error")
+
+    @property
     def n_sampled_tokens(self) -> int:
         return sum(self.loss_mask)
 

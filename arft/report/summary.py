@@ -205,16 +205,11 @@ def _histogram(counts: Sequence[int], cap: int) -> dict[str, int]:
     return hist
 
 
-def _calls(rollout: Rollout) -> list[ToolCallRecord]:
-    """The calls the model made: every record but unparseable ones (counted as parse errors)."""
-    return [c for c in rollout.tool_calls if c.status != "parse_error"]
-
-
 def _tool_call_stats(behaviour: Sequence[Rollout], cap: int) -> ToolCallStats:
-    counts = [len(_calls(x)) for x in behaviour]
+    counts = [len(x.model_calls) for x in behaviour]
     n_tool_turns = n_parallel = 0
     for x in behaviour:
-        per_turn = Counter(c.turn for c in _calls(x))
+        per_turn = Counter(c.turn for c in x.model_calls)
         n_tool_turns += len(per_turn)
         n_parallel += sum(1 for n in per_turn.values() if n > 1)
     return ToolCallStats(
@@ -228,7 +223,7 @@ def _tool_call_stats(behaviour: Sequence[Rollout], cap: int) -> ToolCallStats:
 def _per_tool_stats(rollouts: Sequence[Rollout]) -> dict[str, ToolStats]:
     by_name: dict[str, list[ToolCallRecord]] = defaultdict(list)
     for x in rollouts:
-        for c in _calls(x):
+        for c in x.model_calls:
             by_name[c.name].append(c)
     out: dict[str, ToolStats] = {}
     for name in sorted(by_name):

@@ -57,10 +57,6 @@ def budget_penalty(n_calls: int, soft_limit: int | None, penalty: float, kind: s
     return penalty * (n_calls - soft_limit) if kind == "linear" else penalty
 
 
-def n_calls(rollout: Rollout) -> int:
-    return sum(1 for c in rollout.tool_calls if c.status != "parse_error")
-
-
 @dataclass
 class _Run:
     """The live objects of one training run."""
@@ -132,7 +128,7 @@ def _advantages(run: _Run, rollouts: list[Rollout]) -> tuple[list[float | None],
             if r.status == "infra_failed" or r.score is None or r.score.error is not None:
                 rewards.append(None)  # infrastructure or grader failure: no gradient, no fake zero
                 continue
-            p = budget_penalty(n_calls(r), b.soft_limit, b.penalty, b.kind)
+            p = budget_penalty(len(r.model_calls), b.soft_limit, b.penalty, b.kind)
             penalties.append(p)
             task_rewards.append(r.score.score)
             rewards.append(r.score.score - p)
