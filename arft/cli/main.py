@@ -47,8 +47,11 @@ def eval_cmd(
     k = samples or job.rl.hyperparameters.resolved("eval_samples")
     run_dir = out.resolve() if out else default_run_dir(job_file, job, "eval")
     with RolloutProgress(console, total=len(tasks) * k) as progress:
-        result = asyncio.run(evaluate(job, tasks, k, run_dir, on_status=progress.status,
-                                      on_done=progress.done))
+        try:
+            result = asyncio.run(evaluate(job, tasks, k, run_dir, on_status=progress.status,
+                                          on_done=progress.done, split=split))  # type: ignore[arg-type]
+        except ValueError as e:  # a dataset naming a tool the job lacks, a bad grader or tool spec
+            _fail(str(e))
     from arft.report.summary import render_summary
 
     render_summary(result.summary, console)

@@ -31,34 +31,33 @@ def default_run_dir(job_path: Path | None, job: JobSpec, kind: str) -> Path:
 
 def load_split(job: JobSpec, split: Literal["train", "validation"], limit: int | None) -> list[Task]:
     """The tasks of one split (validation falls back to train when the job has none)."""
-    from arft.data.dataset import check_task_tools, load_tasks
+    from arft.data.dataset import load_tasks
 
+    tasks = load_tasks(split_path(job, split))
+    return tasks[:limit] if limit else tasks
+
+
+def split_path(job: JobSpec, split: Literal["train", "validation"]) -> Path:
     name = job.validation_file if split == "validation" and job.validation_file else job.training_file
     if name is None:
         raise ValueError("the job names no dataset: set training_file (and validation_file)")
     path = job.path(name)
     assert path is not None
-    tasks = load_tasks(path)
-    check_task_tools(tasks, _job_tool_names(job), path)
-    return tasks[:limit] if limit else tasks
+    return path
 
 
-def _job_tool_names(job: JobSpec) -> set[str] | None:
-    """Names of the job's tools, or None when an MCP server provides names only known at start."""
-    names: set[str] = set()
-    for spec in job.rl.tools:
-        if spec.type == "mcp":
-            return None
-        if spec.type == "python":
-            names.add(spec.name or spec.function.rsplit(":", 1)[-1])
-        else:
-            names.add(spec.name)
-    return names
+def check_tools(job: JobSpec, tasks: list[Task], toolbox: Any,
+                split: Literal["train", "validation"]) -> None:
+    """Every tool a task names must be one of the started tools (MCP names included)."""
+    from arft.data.dataset import check_task_tools
+
+    check_task_tools(tasks, set(toolbox.tools), split_path(job, split))
 
 
 async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,
                    engine: Any = None, on_status: Callable[[str], None] = lambda s: None,
-                   on_done: Callable[[Rollout], None] | None = None) -> EvalResult:
+                   on_done: Callable[[Rollout], None] | None = None,
+                   split: Literal["train", "validation"] = "validation") -> EvalResult:
     """Run ``samples`` rollouts per task, grade and store them under ``run_dir``."""
     from arft.engines.factory import build_engine
     from arft.graders.registry import build_grader
@@ -77,6 +76,11 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,
     on_status("starting tools")
     try:
         toolbox = await open_toolbox(job.rl.tools, job.base_dir)
+        try:
+            check_tools(job, tasks, toolbox, split)
+        except BaseException:
+            await toolbox.aclose()
+            raise
     except BaseException:
         if own_engine:
             await engine.aclose()

@@ -203,7 +203,7 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
     ``model``/``tokenizer``/``grader`` may be passed in (tests, notebooks); otherwise they come
     from the job.
     """
-    from arft.rollout.evaluate import load_split
+    from arft.rollout.evaluate import check_tools, load_split
     from arft.rollout.runner import RolloutRunner
     from arft.tracing.store import RunStore
     from arft.trainer.learner import Learner, base_learning_rate
@@ -221,6 +221,13 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
     hooks.status(f"loading model {job.model}")
     policy, engine, toolbox, grader, tokenizer = await _open(job, run_dir, model, tokenizer, grader,
                                                              max_batch_size)
+    try:
+        check_tools(job, train_tasks, toolbox, "train")
+        check_tools(job, val_tasks, toolbox, "validation")
+    except BaseException:
+        await toolbox.aclose()
+        await engine.aclose()
+        raise
     store = RunStore(run_dir / "arft.sqlite")
     try:
         learner = Learner(policy, job.training, base_learning_rate(job.training, hp.resolved(

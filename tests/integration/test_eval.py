@@ -182,3 +182,13 @@ async def test_shell_tool_runs_in_a_fresh_workspace_per_rollout(tmp_path: Path, 
         assert token in out and "1 secret.txt" in out  # each rollout started from a fresh copy
     assert (tmp_path / "repo" / "secret.txt").read_text() == token  # the template is untouched
     assert not any((tmp_path / "run" / "workspaces").glob("trace_*"))  # removed after grading
+
+
+def test_a_row_naming_a_missing_tool_is_a_clear_error(tmp_path: Path) -> None:
+    job = write_job(tmp_path, [{"type": "shell"}])
+    row = {"id": "bad", "messages": [{"role": "user", "content": "hi"}],
+           "tools": [{"type": "function", "function": {"name": "nope", "parameters": {"type": "object"}}}]}
+    (tmp_path / "val.jsonl").write_text(json.dumps(row) + "\n")
+    out = CliRunner().invoke(cli, ["eval", str(job), "--out", str(tmp_path / "run")])
+    assert out.exit_code == 2
+    assert "'nope'" in out.output and "available: shell" in out.output
