@@ -269,6 +269,9 @@ class TrainingSpec(Spec):
     """Steps between checkpoints (also one at the end)."""
     max_steps: int | None = None
     """Stop after this many steps (default: n_epochs over the training set)."""
+    eval_tasks: int | None = Field(default=None, ge=1)
+    """Evaluate during training on the first N validation tasks only (default: all of them).
+    Keeps evals affordable on a CPU when the validation file is large."""
 
 
 class JobSpec(Spec):

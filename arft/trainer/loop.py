@@ -212,7 +212,8 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if resume and checkpoint is None:
         raise ValueError(f"{run_dir} has no checkpoint to resume from: start a new run without --resume")
-    train_tasks, val_tasks = load_split(job, "train", None), load_split(job, "validation", None)
+    train_tasks, val_tasks = load_split(job, "train", None), load_split(job, "validation",
+                                                                     job.training.eval_tasks)
     hp = job.rl.hyperparameters
     group_size = max(1, round(job.training.group_size * hp.resolved("compute_multiplier")))
     total = job.training.max_steps or hp.resolved("n_epochs") * steps_per_epoch(

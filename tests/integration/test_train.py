@@ -97,3 +97,14 @@ async def test_resume_equals_uninterrupted_and_merge_loads(tmp_path: Path, token
                                   return_tensors="pt", return_dict=True)
     gen = model.generate(**ids, max_new_tokens=4, do_sample=False)
     assert gen.shape[1] == ids["input_ids"].shape[1] + 4
+
+
+async def test_eval_tasks_limits_the_in_training_evals(tmp_path: Path, tokenizer: Any) -> None:
+    job = load_job(write_job(tmp_path))
+    job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": 1,
+                                                                              "eval_tasks": 1})})
+    result = await train(job, tmp_path / "run", model=tiny(tokenizer), tokenizer=tokenizer,
+                         grader=LengthGrader(), max_batch_size=4)
+    # one validation task (of two) x eval_samples 2, at the baseline and after the step
+    assert set(result.evals) == {0, 1}
+    assert all(s.n_rollouts == 2 for s in result.evals.values())

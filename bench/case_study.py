@@ -1,0 +1,209 @@
+"""Case-study benchmark: train one example environment and report baseline vs trained, side by side.
+
+    python bench/case_study.py ENV [--train-file FILE] [--train-limit N] [--steps N] [--tag TAG]
+
+ENV is a folder under ``examples/`` with a ``job.yaml``. The run is the example's own job (the
+embedded SmolLM2-135M on the CPU unless the job says otherwise), with optional overrides: another
+training file (``train_10.jsonl`` for the sample-efficiency run), only the first N training rows
+(the data-scaling runs), or another number of steps. Every eval the job makes (step 0 = the
+untrained baseline, then every ``eval_interval`` steps and the last) is reported with:
+
+- reward mean and pass rate,
+- tool calls per rollout: mean, p50, p95, max and the histogram (the long tail),
+- share of tool-calling turns with parallel calls, parse errors per rollout,
+- per-tool call counts,
+- and whatever ``examples/ENV/bench_metrics.py`` adds: a ``metrics(rollouts) -> dict[str, float]``
+  function computed on each eval's stored rollouts (``fast_function`` counts rewarded hacks).
+
+Output: a table on stdout, a Markdown table for the example's README, and
+``bench/out/case_<ENV>[-TAG]/result.json`` (the run directory sits beside it). Timings are noisy on
+a shared 2-core machine; the rewards are seeded and repeatable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "bench" / "out"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def extra_metrics(env_dir: Path) -> Callable[[list[Any]], dict[str, float]] | None:
+    """The example's own ``bench_metrics.metrics`` function, when it has one."""
+    path = env_dir / "bench_metrics.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"bench_metrics_{env_dir.name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.metrics  # type: ignore[no-any-return]
+
+
+def eval_row(summary: Any, rollouts: list[Any], extra: Callable[[list[Any]], dict[str, float]] | None) -> dict[str, Any]:
+    """The numbers of one eval this benchmark reports."""
+    tc = summary.tool_calls
+    row = {"reward": summary.reward.mean, "pass_rate": summary.pass_rate,
+           "n_rollouts": summary.n_rollouts, "n_graded": summary.reward.n_graded,
+           "n_infra_failed": summary.n_infra_failed,
+           "calls_mean": tc.mean, "calls_p50": tc.p50, "calls_p95": tc.p95, "calls_max": tc.max,
+           "calls_hist": tc.histogram, "parallel_turn_share": tc.parallel_turn_share,
+           "parse_errors_per_rollout": summary.parse_errors_per_rollout,
+           "per_tool_calls": {name: t.calls for name, t in summary.tools.items()}}
+    if extra is not None:
+        row["extra"] = extra(rollouts)
+    return row
+
+
+def load_job_with_overrides(env: str, args: argparse.Namespace, run_dir: Path) -> Any:
+    """The example's job, with the training file / limit / steps this run asks for."""
+    from arft.config import load_job
+
+    job = load_job(ROOT / "examples" / env / "job.yaml")
+    update: dict[str, Any] = {}
+    if args.train_file:
+        update["training_file"] = str((ROOT / "examples" / env / args.train_file).resolve())
+    if args.train_limit:
+        src = job.path(update.get("training_file") or job.training_file)
+        lines = [ln for ln in Path(src).read_text().splitlines() if ln.strip()]
+        if args.train_limit > len(lines):
+            sys.exit(f"--train-limit {args.train_limit} > the {len(lines)} rows of {src}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        subset = run_dir / f"train_first_{args.train_limit}.jsonl"
+        subset.write_text("\n".join(lines[:args.train_limit]) + "\n")
+        update["training_file"] = str(subset)
+    if update:
+        job = job.model_copy(update=update)
+    if args.steps:
+        job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": args.steps})})
+    return job
+
+
+def run(env: str, args: argparse.Namespace) -> dict[str, Any]:
+    from arft.report.summary import summarize, summary_line
+    from arft.tracing.store import RunStore
+    from arft.trainer.loop import Hooks, train
+
+    env_dir = ROOT / "examples" / env
+    if not (env_dir / "job.yaml").exists():
+        sys.exit(f"no examples/{env}/job.yaml: ENV is a folder under examples/")
+    name = f"case_{env}" + (f"-{args.tag}" if args.tag else "")
+    out_dir = OUT / name
+    run_dir = out_dir / "run"
+    if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
+        import shutil
+
+        shutil.rmtree(run_dir)
+    job = load_job_with_overrides(env, args, run_dir)
+    t0 = time.perf_counter()
+    step_rewards: dict[int, float] = {}
+
+    def step_done(step: int, m: dict[str, float]) -> None:
+        step_rewards[step] = m.get("train/task_reward_mean", float("nan"))
+        log(f"  step {step}: {m.get('time/step_s', 0):.0f} s, train reward {step_rewards[step]:.3f}, "
+            f"groups dropped {m.get('train/groups_dropped', 0):.0f}/{m.get('train/groups', 0):.0f}")
+
+    def eval_done(step: int, summary: Any) -> None:
+        log(f"  eval @ step {step}: {summary_line(summary)}")
+
+    log(f"{env}: training {job.training.max_steps or 'n_epochs'} steps into {run_dir}")
+    result = asyncio.run(train(job, run_dir, resume=args.resume, hooks=Hooks(
+        status=lambda s: log(f"  {s}"), step_done=step_done, eval_done=eval_done)))
+    wall = time.perf_counter() - t0
+    extra = extra_metrics(env_dir)
+    evals: dict[int, dict[str, Any]] = {}
+    with RunStore(run_dir / "arft.sqlite") as store:
+        for r in store.runs():
+            step = (r.get("job") or {}).get("step")
+            if r["kind"] == "eval" and step is not None:
+                rollouts = store.rollouts(r["run_id"])
+                evals[int(step)] = eval_row(summarize(rollouts), rollouts, extra)
+    n_train = sum(1 for ln in Path(job.path(job.training_file)).read_text().splitlines() if ln.strip())
+    res = {"env": env, "tag": args.tag, "train_rows": n_train, "steps": result.steps, "wall_s": wall,
+           "train_reward_by_step": step_rewards, "evals": evals, "run_dir": str(run_dir),
+           "command": "python bench/case_study.py " + " ".join(sys.argv[1:])}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "result.json").write_text(json.dumps(res, indent=2))
+    return res
+
+
+def fmt(x: Any, pct: bool = False) -> str:
+    if x is None:
+        return "n/a"
+    if pct:
+        return f"{100 * x:.1f}%"
+    return f"{x:.2f}" if isinstance(x, float) else str(x)
+
+
+def table(res: dict[str, Any]) -> str:
+    """A Markdown table: baseline (step 0) vs every later eval."""
+    evals = {int(k): v for k, v in res["evals"].items()}
+    steps = sorted(evals)
+    head = "| metric | " + " | ".join("baseline (step 0)" if s == 0 else f"step {s}" for s in steps) + " |"
+    rows = [head, "|---" * (len(steps) + 1) + "|"]
+
+    def line(label: str, get: Callable[[dict[str, Any]], str]) -> None:
+        rows.append(f"| {label} | " + " | ".join(get(evals[s]) for s in steps) + " |")
+
+    line("eval reward (mean)", lambda e: fmt(e["reward"]))
+    line("pass rate", lambda e: fmt(e["pass_rate"], pct=True))
+    line("tool calls / rollout: mean", lambda e: fmt(e["calls_mean"]))
+    line("tool calls / rollout: p95", lambda e: fmt(e["calls_p95"]))
+    line("tool calls / rollout: max", lambda e: fmt(e["calls_max"]))
+    line("calls histogram", lambda e: " ".join(f"{k}:{v}" for k, v in e["calls_hist"].items()) or "-")
+    line("parallel tool turns", lambda e: fmt(e["parallel_turn_share"], pct=True))
+    line("parse errors / rollout", lambda e: fmt(e["parse_errors_per_rollout"]))
+    for key in sorted({k for e in evals.values() for k in e.get("extra", {})}):
+        line(key, lambda e, key=key: fmt(e.get("extra", {}).get(key)))
+    return "\n".join(rows)
+
+
+def verdict(res: dict[str, Any]) -> str:
+    evals = {int(k): v for k, v in res["evals"].items()}
+    if 0 not in evals or len(evals) < 2:
+        return "no baseline + trained eval pair to compare"
+    base, last = evals[0], evals[max(evals)]
+    gain = None if base["reward"] is None or last["reward"] is None else 100 * (last["reward"] - base["reward"])
+    p95 = (f"{base['calls_p95']} -> {last['calls_p95']}" if base["calls_p95"] is not None else "n/a")
+    return (f"{res['env']}: eval reward {fmt(base['reward'])} -> {fmt(last['reward'])} "
+            f"({'n/a' if gain is None else f'{gain:+.1f}'} points; goal +30), p95 tool calls {p95}, "
+            f"{res['steps']} steps on {res['train_rows']} training rows, {res['wall_s'] / 60:.1f} min")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("env", help="folder under examples/")
+    p.add_argument("--train-file", help="training file, relative to the example (default: the job's)")
+    p.add_argument("--train-limit", type=int, help="train on the first N rows only")
+    p.add_argument("--steps", type=int, help="override training.max_steps")
+    p.add_argument("--tag", default="", help="suffix of the output folder (e.g. n10)")
+    p.add_argument("--resume", action="store_true", help="continue the run directory's last checkpoint")
+    p.add_argument("--report-only", action="store_true", help="print the stored result.json again")
+    args = p.parse_args()
+    if args.report_only:
+        name = f"case_{args.env}" + (f"-{args.tag}" if args.tag else "")
+        res = json.loads((OUT / name / "result.json").read_text())
+    else:
+        res = run(args.env, args)
+    print()
+    print(table(res))
+    print()
+    print(verdict(res))
+    print(f"command: {res['command']}")
+
+
+if __name__ == "__main__":
+    main()
