@@ -216,7 +216,8 @@ class RolloutSpec(Spec):
     models call tools only when shown one)."""
     tool_output_max_chars: int = 4000
     workspace: str | None = None
-    """A template directory copied fresh into each rollout's workspace (shell tools run there)."""
+    """A template directory copied fresh into each rollout's workspace (shell tools run there).
+    May name a folder per task with placeholders from the row: ``repos/{{ item.repo }}``."""
 
 
 class BudgetSpec(Spec):

@@ -48,10 +48,15 @@ def split_path(job: JobSpec, split: Literal["train", "validation"]) -> Path:
 
 def check_tools(job: JobSpec, tasks: list[Task], toolbox: Any,
                 split: Literal["train", "validation"]) -> None:
-    """Every tool a task names must be one of the started tools (MCP names included)."""
+    """Every tool a task names must be one of the started tools (MCP names included), and every
+    task's workspace template (``rollout.workspace``, per-row placeholders filled) must exist."""
     from arft.data.dataset import check_task_tools
+    from arft.rollout.runner import workspace_template
 
     check_task_tools(tasks, set(toolbox.tools), split_path(job, split))
+    if job.rollout.workspace is not None and "{{" in job.rollout.workspace:
+        for task in tasks:
+            workspace_template(job.rollout.workspace, job.base_dir, task)
 
 
 async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,

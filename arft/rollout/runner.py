@@ -15,6 +15,30 @@ from arft.rollout.loop import RolloutLimits, run_rollout
 from arft.tools.registry import Toolbox
 
 
+def workspace_template(pattern: str | None, base_dir: Path, task: Task | None) -> Path | None:
+    """The folder copied into ``task``'s workspaces: ``rollout.workspace`` with its ``{{ item.* }}``
+    placeholders filled from the task's row (one repository per task), relative to the job file.
+
+    Raises ``ValueError`` naming the task when the folder does not exist or a placeholder has no
+    value in the row.
+    """
+    if pattern is None:
+        return None
+    from arft.graders.templates import TemplateError, render_template
+
+    where = f"task {task.id}: " if task is not None else ""
+    try:
+        rendered = render_template(pattern, {}, task.item if task is not None else {})
+    except TemplateError as e:
+        raise ValueError(f"{where}rollout.workspace: {e}; give every row that field") from None
+    path = Path(rendered).expanduser()
+    path = path if path.is_absolute() else (base_dir / path).resolve()
+    if not path.is_dir():
+        raise ValueError(f"{where}rollout.workspace: {path} is not a directory; point it at a folder "
+                         "to copy into each rollout's workspace (placeholders: {{ item.field }})")
+    return path
+
+
 @dataclass
 class RolloutRunner:
     """Everything needed to turn (task, sample index) into a graded, stored Rollout."""
@@ -30,7 +54,9 @@ class RolloutRunner:
     store: Any = None  # arft.tracing.store.RunStore; None keeps rollouts in memory only
     run_id: str = ""
     workspace_root: Path | None = None
-    workspace_template: Path | None = None
+    workspace: str | None = None
+    """``rollout.workspace``: a template folder, or a pattern with ``{{ item.* }}`` placeholders."""
+    base_dir: Path = Path(".")
     concurrency: int = 32
 
     @classmethod
@@ -43,9 +69,9 @@ class RolloutRunner:
 
             chat_format = ChatFormat(engine.tokenizer, worked_example=job.rollout.worked_example)
         s = job.sampling
-        template = job.path(job.rollout.workspace)
-        if template is not None and not template.is_dir():
-            raise ValueError(f"rollout.workspace: {template} is not a directory")
+        pattern = job.rollout.workspace
+        if pattern is not None and "{{" not in pattern:
+            workspace_template(pattern, job.base_dir, None)  # a fixed folder: check it now
         return cls(
             engine=engine, toolbox=toolbox, grader=grader, chat_format=chat_format, store=store,
             limits=RolloutLimits(
@@ -56,7 +82,7 @@ class RolloutRunner:
                                   max_new_tokens=s.max_new_tokens),
             max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice, run_id=run_id,
             workspace_root=(run_dir / "workspaces") if run_dir else None,
-            workspace_template=template, concurrency=job.rollout.concurrency)
+            workspace=pattern, base_dir=job.base_dir, concurrency=job.rollout.concurrency)
 
     def conversation(self, task: Task, seed: int | None = None) -> Conversation:
         choice = task.tool_choice if task.tool_choice is not None else self.tool_choice
@@ -70,7 +96,7 @@ class RolloutRunner:
         from arft.graders.registry import grade_rollout
 
         trace_id = new_trace_id()
-        workspace = self._workspace(trace_id)
+        workspace = self._workspace(trace_id, task)
         try:
             rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.tools, self.limits,
                                         trace_id=trace_id, run_id=self.run_id,
@@ -89,14 +115,15 @@ class RolloutRunner:
             self.store.add_rollout(rollout)
         return rollout
 
-    def _workspace(self, trace_id: str) -> Path | None:
-        if self.workspace_template is None and not self.toolbox.needs_workspace:
+    def _workspace(self, trace_id: str, task: Task) -> Path | None:
+        if self.workspace is None and not self.toolbox.needs_workspace:
             return None
         if self.workspace_root is None:
             raise ValueError("tools need a workspace: give the runner a run directory")
         from arft.sandbox.workspace import create_workspace
 
-        return create_workspace(self.workspace_root, self.workspace_template, trace_id)
+        template = workspace_template(self.workspace, self.base_dir, task)
+        return create_workspace(self.workspace_root, template, trace_id)
 
     async def run_many(self, tasks: Sequence[Task], samples: int,
                        on_done: Callable[[Rollout], None] | None = None,

@@ -8,6 +8,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi import FastAPI, Request
 from typer.testing import CliRunner
 
@@ -192,3 +193,37 @@ def test_a_row_naming_a_missing_tool_is_a_clear_error(tmp_path: Path) -> None:
     out = CliRunner().invoke(cli, ["eval", str(job), "--out", str(tmp_path / "run")])
     assert out.exit_code == 2
     assert "'nope'" in out.output and "available: shell" in out.output
+
+
+async def test_workspace_per_task_from_a_row_placeholder(tmp_path: Path, tokenizer: Any) -> None:
+    """`rollout.workspace: repos/{{ item.answer }}` copies each task's own folder; a row whose
+    folder is missing is refused before any rollout runs, naming the task."""
+    from arft.engines.scripted import ScriptedEngine
+
+    for row in ROWS:
+        (tmp_path / "repos" / row["answer"]).mkdir(parents=True)
+        (tmp_path / "repos" / row["answer"] / "which.txt").write_text(f"repo-of-{row['id']}")
+    job_path = write_job(tmp_path, [{"type": "shell"}])
+    raw = json.loads(job_path.read_text())
+    raw["rollout"]["workspace"] = "repos/{{ item.answer }}"
+    raw["sampling"]["max_new_tokens"] = 200
+    job_path.write_text(json.dumps(raw))
+    job = load_job(job_path)
+    script = '<tool_call>\n{"name": "shell", "arguments": {"command": "cat which.txt"}}\n</tool_call>'
+
+    def reply(prompt_ids: Any) -> str:
+        return script if "<tool_response>" not in tokenizer.decode(list(prompt_ids)).split("Look up key")[-1] \
+            else "done<|im_end|>"
+
+    tasks = load_split(job, "validation", None)
+    result = await evaluate(job, tasks, 1, tmp_path / "run", engine=ScriptedEngine(tokenizer, reply))
+    for r in result.rollouts:
+        assert r.tool_calls[0].output.strip().endswith(f"repo-of-{r.task_id}")
+
+    import shutil
+
+    shutil.rmtree(tmp_path / "repos" / ROWS[0]["answer"])
+    with pytest.raises(ValueError, match=f"task {ROWS[0]['id']}: .* is not a directory"):
+        await evaluate(job, tasks, 1, tmp_path / "run2", engine=ScriptedEngine(tokenizer, reply))
+    assert not (tmp_path / "run2" / "arft.sqlite").exists() or not any(
+        (tmp_path / "run2" / "workspaces").glob("*"))  # refused before any rollout ran
