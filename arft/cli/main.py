@@ -167,6 +167,7 @@ def _register_grader_commands() -> None:
 
 
 _register_grader_commands()
+# Insight commands (doctor, report, view) register themselves below, one line each.
 
 if __name__ == "__main__":
     app()
