@@ -132,6 +132,9 @@ class Rollout(Frozen):
     task_id: str
     sample_index: int = 0
     run_id: str = ""
+    step: int | None = None
+    """The training step it belongs to: the step it trained (train rollouts, 1-based) or the step
+    whose policy it evaluated (eval rollouts, 0 = the untrained baseline); None outside training."""
     messages: tuple[Message, ...]
     tool_calls: tuple[ToolCallRecord, ...] = ()
     token_ids: tuple[int, ...] = ()

@@ -53,6 +53,8 @@ class RolloutRunner:
     chat_format: Any = None  # arft.models.chat.ChatFormat, for token engines
     store: Any = None  # arft.tracing.store.RunStore; None keeps rollouts in memory only
     run_id: str = ""
+    step: int | None = None
+    """Stamped on every rollout (``Rollout.step``); the trainer sets it per step and per eval."""
     workspace_root: Path | None = None
     workspace: str | None = None
     """``rollout.workspace``: a template folder, or a pattern with ``{{ item.* }}`` placeholders."""
@@ -101,6 +103,8 @@ class RolloutRunner:
             rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.tools, self.limits,
                                         trace_id=trace_id, run_id=self.run_id,
                                         sample_index=sample_index, workspace=workspace)
+            if self.step is not None:
+                rollout = rollout.model_copy(update={"step": self.step})
             if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
                 score = await grade_rollout(self.grader, rollout, workspace)
                 rollout = rollout.model_copy(update={

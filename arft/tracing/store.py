@@ -29,7 +29,8 @@ from pydantic import ValidationError
 from arft.records import Rollout
 
 STORE_FORMAT = "arft-run-store"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added ``rollouts.step``; a version-1 store is upgraded in place when opened."""
 
 _SCHEMA = """
 CREATE TABLE arft_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -47,6 +48,7 @@ CREATE TABLE rollouts (
     run_id TEXT NOT NULL,
     task_id TEXT NOT NULL,
     sample_index INTEGER NOT NULL,
+    step INTEGER,
     status TEXT NOT NULL,
     finish_reason TEXT NOT NULL,
     reward REAL,
@@ -59,6 +61,7 @@ CREATE TABLE rollouts (
     data TEXT NOT NULL
 );
 CREATE INDEX rollouts_run ON rollouts (run_id, task_id, sample_index);
+CREATE INDEX rollouts_step ON rollouts (step);
 CREATE TABLE tool_calls (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     trace_id TEXT NOT NULL REFERENCES rollouts (trace_id) ON DELETE CASCADE,
@@ -187,10 +190,19 @@ class RunStore:
             raise NotAStoreError(
                 f"{self.path} uses store schema {version}, newer than this arft understands "
                 f"({SCHEMA_VERSION}); upgrade arft to read it")
-        if version < SCHEMA_VERSION:
+        if version == 1:
+            self._upgrade_from_1()
+        elif version < SCHEMA_VERSION:
             raise NotAStoreError(
                 f"{self.path} uses old store schema {version} (this arft writes "
                 f"{SCHEMA_VERSION}); read it with the arft version that wrote it")
+
+    def _upgrade_from_1(self) -> None:
+        """Schema 1 -> 2: the ``rollouts.step`` column (NULL for rollouts recorded before it)."""
+        with self._transaction() as cur:
+            cur.execute("ALTER TABLE rollouts ADD COLUMN step INTEGER")
+            cur.execute("CREATE INDEX rollouts_step ON rollouts (step)")
+            cur.execute("UPDATE arft_meta SET value = '2' WHERE key = 'schema_version'")
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""
@@ -284,10 +296,10 @@ class RunStore:
                 f"infinite score or logprob ({exc.errors()[0]['loc']}); have the grader set "
                 "Score.error instead of returning NaN") from exc
         cur.execute(
-            "INSERT INTO rollouts (trace_id, run_id, task_id, sample_index, status, finish_reason,"
-            " reward, n_tool_calls, n_turns, parse_errors, n_tokens, n_sampled_tokens, created_at,"
-            " data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (r.trace_id, r.run_id, r.task_id, r.sample_index, r.status, r.finish_reason,
+            "INSERT INTO rollouts (trace_id, run_id, task_id, sample_index, step, status,"
+            " finish_reason, reward, n_tool_calls, n_turns, parse_errors, n_tokens, n_sampled_tokens,"
+            " created_at, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (r.trace_id, r.run_id, r.task_id, r.sample_index, r.step, r.status, r.finish_reason,
              reward_of(r), len(r.tool_calls), r.n_turns, r.parse_errors, len(r.token_ids),
              r.n_sampled_tokens, _now(), data))
         cur.executemany(

@@ -104,7 +104,7 @@ async def _evaluate(run: _Run, step: int) -> Any:
     while run.store.has_run(eval_id):  # re-evaluated after a resume: keep both
         eval_id, n = f"{run.run_id}:eval-{step:06d}-r{n}", n + 1
     run.store.create_run(eval_id, "eval", {"step": step})
-    run.runner.run_id = eval_id
+    run.runner.run_id, run.runner.step = eval_id, step
     rollouts = await run.runner.run_many(run.val_tasks, k, run.hooks.rollout_done,
                                          seed=run.job.seed + EVAL_SEED_OFFSET)
     run.store.finish_run(eval_id, "completed")
@@ -153,7 +153,7 @@ async def _step(run: _Run, cursor: Cursor) -> Cursor:
                            run.job.seed)
     tasks = [run.train_tasks[i] for i in idx]
     run.hooks.phase(f"step {cursor.step + 1}/{run.total_steps}", len(tasks) * run.group_size)
-    run.runner.run_id = run.run_id
+    run.runner.run_id, run.runner.step = run.run_id, cursor.step + 1
     rollouts = await run.runner.run_many(tasks, run.group_size, run.hooks.rollout_done,
                                          seed=run.job.seed + 1_000_000 * (cursor.step + 1))
     t_rollouts = time.perf_counter() - t0

@@ -108,3 +108,9 @@ async def test_eval_tasks_limits_the_in_training_evals(tmp_path: Path, tokenizer
     # one validation task (of two) x eval_samples 2, at the baseline and after the step
     assert set(result.evals) == {0, 1}
     assert all(s.n_rollouts == 2 for s in result.evals.values())
+    from arft.tracing.store import RunStore
+
+    with RunStore(tmp_path / "run" / "arft.sqlite") as store:  # every rollout knows its step
+        steps = sorted((r.run_id, r.step) for r in store.rollouts())
+    # batch 2 x group 3 train rollouts at step 1; 2 eval rollouts at steps 0 and 1
+    assert steps == [("train", 1)] * 6 + [("train:eval-000000", 0)] * 2 + [("train:eval-000001", 1)] * 2

@@ -161,6 +161,28 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         RunStore(path)
 
 
+def test_schema_1_store_is_upgraded_and_keeps_its_rollouts(tmp_path: Path) -> None:
+    """A store written before ``rollouts.step`` existed opens, keeps its rows and gains the column."""
+    path = tmp_path / "run.db"
+    old = make_rollout(task_id="old")
+    with RunStore(path) as store:
+        store.add_rollout(old)
+    con = sqlite3.connect(path)  # turn it back into a schema-1 store
+    con.execute("DROP INDEX rollouts_step")
+    con.execute("ALTER TABLE rollouts DROP COLUMN step")
+    con.execute("UPDATE arft_meta SET value = '1' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    new = make_rollout(task_id="new").model_copy(update={"step": 3})
+    with RunStore(path) as store:
+        store.add_rollout(new)
+        assert [r.task_id for r in store.rollouts()] == ["old", "new"]
+        assert store.rollout(new.trace_id).step == 3
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT task_id, step FROM rollouts ORDER BY rowid").fetchall() == [("old", None), ("new", 3)]
+    assert con.execute("SELECT value FROM arft_meta WHERE key = 'schema_version'").fetchone() == ("2",)
+
+
 def test_writes_from_worker_threads(tmp_path: Path) -> None:
     rollouts = [make_rollout(task_id=f"t{i}", calls=[("search", 0)]) for i in range(20)]
     with RunStore(tmp_path / "run.db") as store:
