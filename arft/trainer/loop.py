@@ -25,6 +25,7 @@ from arft.trainer.batching import to_train_batch
 from arft.trainer.checkpoints import (Cursor, batch_for, latest_checkpoint, load_checkpoint, save_checkpoint,
                                       steps_per_epoch)
 from arft.trainer.memory import release_memory
+from arft.trainer.tracking import MetricSink, close_sinks, open_sinks
 
 EVAL_SEED_OFFSET = 7_919_000
 """Evaluations sample with the same seeds every time, so eval curves compare like with like."""
@@ -73,25 +74,15 @@ class _Run:
     group_size: int
     hooks: Hooks
     result: TrainResult
-    tensorboard: Any = None
+    sinks: list[MetricSink] = field(default_factory=list)
+    """TensorBoard / W&B / MLflow (``job.logging``); the store and metrics.jsonl always."""
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         self.store.add_metrics(self.run_id, step, values)
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps({"step": step, **values}) + "\n")
-        if self.tensorboard is not None:
-            for name, value in values.items():
-                self.tensorboard.add_scalar(name, value, step)
-            self.tensorboard.flush()
-
-
-def open_tensorboard(run_dir: Path) -> Any:
-    """A SummaryWriter in ``RUN_DIR/tensorboard`` when TensorBoard is installed, else None."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # optional: metrics.jsonl and the store always have everything
-        return None
-    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        for sink in self.sinks:
+            sink.log(step, values)
 
 
 async def _evaluate(run: _Run, step: int) -> Any:
@@ -237,7 +228,7 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
         runner = RolloutRunner.from_job(job, engine, toolbox, grader, store=store, run_id=run_id,
                                         run_dir=run_dir)
         run = _Run(job, run_dir, run_id, runner, learner, store, train_tasks, val_tasks, total,
-                   group_size, hooks, TrainResult(run_dir, total), open_tensorboard(run_dir))
+                   group_size, hooks, TrainResult(run_dir, total))
         cursor = Cursor()
         if checkpoint is not None:
             cursor, _ = load_checkpoint(checkpoint, learner)
@@ -247,11 +238,11 @@ async def train(job: JobSpec, run_dir: Path, *, resume: bool = False, model: Any
             # The model as an absolute reference: `arft merge` reloads it from anywhere.
             store.create_run(run_id, "train", job.model_copy(update={"model": job.model_ref})
                              .model_dump(mode="json"))
+        run.sinks = open_sinks(job, run_dir)
         try:
             await _loop(run, cursor, checkpoint is None)
         finally:
-            if run.tensorboard is not None:
-                run.tensorboard.close()
+            close_sinks(run.sinks)
         store.finish_run(run_id, "completed")
     finally:
         store.close()

@@ -99,10 +99,13 @@ async def test_resume_equals_uninterrupted_and_merge_loads(tmp_path: Path, token
     assert gen.shape[1] == ids["input_ids"].shape[1] + 4
 
 
-async def test_eval_tasks_limits_the_in_training_evals(tmp_path: Path, tokenizer: Any) -> None:
+async def test_eval_tasks_limit_evals_and_metrics_reach_mlflow(tmp_path: Path, tokenizer: Any) -> None:
     job = load_job(write_job(tmp_path))
+    from arft.config import LoggingSpec, MlflowSpec
+
     job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": 1,
-                                                                              "eval_tasks": 1})})
+                                                                              "eval_tasks": 1}),
+                                 "logging": LoggingSpec(tensorboard=False, mlflow=MlflowSpec())})
     result = await train(job, tmp_path / "run", model=tiny(tokenizer), tokenizer=tokenizer,
                          grader=LengthGrader(), max_batch_size=4)
     # one validation task (of two) x eval_samples 2, at the baseline and after the step
@@ -114,3 +117,9 @@ async def test_eval_tasks_limits_the_in_training_evals(tmp_path: Path, tokenizer
         steps = sorted((r.run_id, r.step) for r in store.rollouts())
     # batch 2 x group 3 train rollouts at step 1; 2 eval rollouts at steps 0 and 1
     assert steps == [("train", 1)] * 6 + [("train:eval-000000", 0)] * 2 + [("train:eval-000001", 1)] * 2
+    from mlflow.tracking import MlflowClient  # the job asked for MLflow: the metrics are there
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'run' / 'mlflow.db'}")
+    run_id = (tmp_path / "run" / "mlflow_run_id.txt").read_text().strip()
+    assert [m.step for m in client.get_metric_history(run_id, "eval/reward_mean")] == [0, 1]
+    assert client.get_metric_history(run_id, "update/tokens")[0].value > 0

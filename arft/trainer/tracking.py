@@ -1,0 +1,185 @@
+"""Metric sinks for training runs: TensorBoard always, Weights & Biases and MLflow when configured.
+
+The run store and ``metrics.jsonl`` always get every metric (they are what ``arft report`` reads);
+these sinks mirror the same ``(step, {name: value})`` rows to the dashboards teams already use.
+A sink that is configured in the job but cannot start (library missing, server unreachable) is an
+error at the start of the run, never a silent skip: a user who asked for W&B expects to find the
+run there. Each sink keeps its run id in the run directory, so ``arft train --resume`` appends to
+the same dashboard run instead of starting a new one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+from arft.config import JobSpec, LoggingSpec, MlflowSpec, WandbSpec
+
+
+class TrackingError(ValueError):
+    """A configured metric sink could not be started."""
+
+
+class MetricSink(Protocol):
+    """Where a training run's metric rows go."""
+
+    def log(self, step: int, values: dict[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _finite(values: dict[str, float]) -> dict[str, float]:
+    """Drop NaN/inf values (an empty batch's mean): dashboards would plot them as gaps or zeros."""
+    return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+class TensorBoardSink:
+    """Event files in ``RUN_DIR/tensorboard``."""
+
+    def __init__(self, run_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        for name, value in _finite(values).items():
+            self._writer.add_scalar(name, value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbSink:
+    """One W&B run per run directory (its id kept in ``RUN_DIR/wandb_run_id.txt``)."""
+
+    def __init__(self, spec: WandbSpec, run_dir: Path, config: dict[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError as e:
+            raise TrackingError("logging.wandb is set but wandb is not installed: `pip install wandb` "
+                                "(or remove logging.wandb from the job)") from e
+        id_file = run_dir / "wandb_run_id.txt"
+        run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
+        id_file.write_text(run_id)
+        try:
+            self._run = wandb.init(project=spec.project, entity=spec.entity, name=spec.name or run_dir.name,
+                                   tags=spec.tags, mode=spec.mode, dir=str(run_dir), id=run_id,
+                                   resume="allow", config=config, reinit="create_new")
+        except Exception as e:  # wandb raises its own errors (auth, network)
+            raise TrackingError(f"wandb could not start a run ({type(e).__name__}: {e}); run `wandb login`, "
+                                "or set logging.wandb.mode: offline and `wandb sync` later") from e
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        self._run.log(_finite(values), step=step, commit=True)  # a row per step, now (not at the next step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class MlflowSink:
+    """One MLflow run per run directory (its id kept in ``RUN_DIR/mlflow_run_id.txt``)."""
+
+    def __init__(self, spec: MlflowSpec, run_dir: Path, params: dict[str, Any]) -> None:
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError as e:
+            raise TrackingError("logging.mlflow is set but mlflow is not installed: `pip install "
+                                "'arft[tracking]'` (mlflow-skinny + sqlalchemy), or remove logging.mlflow "
+                                "from the job") from e
+        uri = spec.tracking_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+        self._client = MlflowClient(tracking_uri=uri)
+        id_file = run_dir / "mlflow_run_id.txt"
+        try:
+            if id_file.exists():
+                self._run_id = id_file.read_text().strip()
+                self._client.update_run(self._run_id, status="RUNNING")
+            else:
+                exp = self._client.get_experiment_by_name(spec.experiment)
+                exp_id = exp.experiment_id if exp else self._client.create_experiment(spec.experiment)
+                run = self._client.create_run(exp_id, run_name=spec.run_name or run_dir.name)
+                self._run_id = run.info.run_id
+                id_file.write_text(self._run_id)
+                for key, value in list(params.items())[:100]:
+                    self._client.log_param(self._run_id, key, str(value)[:500])
+        except Exception as e:  # mlflow raises its own errors (unreachable server, bad URI)
+            raise TrackingError(f"mlflow could not start a run at {uri} ({type(e).__name__}: {e}); "
+                                "check logging.mlflow.tracking_uri") from e
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = _now_ms()
+        metrics = [Metric(mlflow_name(name), value, now, step) for name, value in _finite(values).items()]
+        if metrics:
+            self._client.log_batch(self._run_id, metrics=metrics)
+
+    def close(self) -> None:
+        self._client.set_terminated(self._run_id)
+
+
+def mlflow_name(name: str) -> str:
+    """``name`` in the characters MLflow allows (``eval/pass@4`` -> ``eval/pass_at_4``)."""
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name.replace("@", "_at_"))
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def _flat_params(job: JobSpec) -> dict[str, Any]:
+    """The job's settings as flat ``section.key`` parameters for the dashboards."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = value
+
+    dumped = job.model_dump(mode="json")
+    dumped["method"] = {"grader": dumped["method"]["reinforcement"]["grader"].get("type"),
+                        "hyperparameters": dumped["method"]["reinforcement"]["hyperparameters"]}
+    walk("", dumped)
+    return out
+
+
+def open_sinks(job: JobSpec, run_dir: Path) -> list[MetricSink]:
+    """The sinks ``job.logging`` asks for; raises ``TrackingError`` when one cannot start."""
+    spec: LoggingSpec = job.logging
+    sinks: list[MetricSink] = []
+    try:
+        if spec.tensorboard:
+            sinks.append(_tensorboard(run_dir))
+        if spec.wandb is not None:
+            sinks.append(WandbSink(spec.wandb, run_dir, _flat_params(job)))
+        if spec.mlflow is not None:
+            sinks.append(MlflowSink(spec.mlflow, run_dir, _flat_params(job)))
+    except BaseException:
+        close_sinks(sinks)
+        raise
+    return sinks
+
+
+def _tensorboard(run_dir: Path) -> MetricSink:
+    try:
+        return TensorBoardSink(run_dir)
+    except ImportError as e:
+        raise TrackingError("TensorBoard logging needs the tensorboard package: `pip install tensorboard` "
+                            "(or set logging.tensorboard: false)") from e
+
+
+def close_sinks(sinks: list[MetricSink]) -> None:
+    """Close every sink (each one's failure is not allowed to stop the others from closing)."""
+    for sink in sinks:
+        try:
+            sink.close()
+        except Exception as e:  # noqa: BLE001 - closing a dashboard run must not lose the training run
+            warnings.warn(f"closing {type(sink).__name__} failed: {type(e).__name__}: {e}", stacklevel=2)
