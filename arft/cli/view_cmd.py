@@ -1,0 +1,51 @@
+"""`arft view RUN_DIR`: serve the run viewer (arft.report.viewer) on this machine until Ctrl-C.
+
+FastAPI and uvicorn are imported inside the command so `arft --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from pathlib import Path
+
+import typer
+
+
+def _port_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, or None: checked up front so the user gets a
+    clear message rather than uvicorn's bind error after start-up."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return (f"port {port} on {host} is already in use (another `arft view`?); "
+                        "pass a free one with --port")
+            return f"cannot listen on {host}:{port} ({e}); pass another --host or --port"
+    return None
+
+
+def view_cmd(
+    run_dir: Path = typer.Argument(..., help="A run directory (the folder with arft.sqlite)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (default: this machine only)."),
+    port: int = typer.Option(8321, help="Port to listen on."),
+) -> None:
+    """Browse a run's rollouts in the browser: filterable list, one page per rollout, JSON API."""
+    import uvicorn
+
+    # main imports this module to register the command, so its helpers are imported here.
+    from arft.cli.main import _fail, console
+    from arft.report.viewer import create_app
+    from arft.tracing.store import StoreError
+
+    try:
+        app = create_app(run_dir.resolve())
+    except (FileNotFoundError, StoreError) as e:
+        _fail(str(e))
+    problem = _port_problem(host, port)
+    if problem:
+        _fail(problem)
+    console.print(f"viewing [bold]{run_dir}[/] at [bold]http://{host}:{port}/[/]  "
+                  "(Ctrl-C to stop)")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
