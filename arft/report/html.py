@@ -1,0 +1,535 @@
+"""`arft report`: one self-contained HTML page that shows what a run did.
+
+``collect(run_dir)`` reads the run store (and ``metrics.jsonl`` when the store has no metrics)
+into a ``Report``: per-step summaries of the train rollouts, one summary per evaluation (both from
+``arft.report.summary.summarize``), the update metrics, and the best and worst rollouts.
+``render_html(report)`` turns it into HTML with the figures of ``arft.report.plots`` embedded as
+base64 PNGs, so the file can be mailed or attached to a ticket as is. ``write_report`` does both.
+
+Where a number was not recorded the page says so ("not recorded", with the reason): a missing
+metric is never drawn as 0 (DESIGN rule 4).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections import defaultdict
+from datetime import datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from arft.records import Rollout
+from arft.report import plots
+from arft.report.summary import EvalSummary, summarize
+from arft.tracing.store import RunStore, reward_of
+
+DEFAULT_VIEWER_URL = "http://127.0.0.1:8321"
+"""Where `arft view` serves the trajectory viewer; rollouts link to ``{url}/rollouts/{trace_id}``."""
+
+N_EXTREMES = 5
+"""Best and worst rollouts listed per source."""
+
+UPDATE_METRICS: dict[str, str] = {
+    "update/kl": "KL to the reference policy (k3 estimate)",
+    "update/entropy": "policy entropy per sampled token",
+    "update/clip_fraction": "share of tokens clipped",
+    "update/ratio_mean": "mean policy / sampler ratio",
+    "update/tis_truncated_fraction": "share of truncated importance weights",
+    "update/grad_norm": "gradient norm before clipping",
+    "update/lr": "learning rate",
+    "update/tokens": "sampled tokens trained on",
+}
+"""What the learner logs per update (arft.trainer.learner.Learner.update), with what each means."""
+
+OTHER_STEP_METRICS: dict[str, str] = {
+    "train/groups_dropped_share": "share of groups with equal rewards",
+    "train/budget_penalty_mean": "mean tool-call budget penalty",
+    "time/step_s": "seconds per step",
+}
+
+
+class ReportError(ValueError):
+    """The folder cannot be reported on (not a run directory, empty store)."""
+
+
+class RolloutRow(BaseModel):
+    """One line of the best/worst tables."""
+
+    trace_id: str
+    task_id: str
+    step: int | None
+    reward: float | None
+    calls: int
+    status: str
+    finish_reason: str
+    answer: str
+
+
+class Report(BaseModel):
+    """Everything the page shows, read from one run directory."""
+
+    run_dir: str
+    kind: str
+    """"train" or "eval" (a run directory written by `arft eval`)."""
+    job_name: str
+    model: str
+    status: str
+    started_at: str | None
+    wall_time_s: float | None
+    steps_done: int | None
+    steps_total: int | None
+    train: dict[int, EvalSummary]
+    """step -> summary of that step's train rollouts (1-based)."""
+    evals: dict[int, EvalSummary]
+    """step -> summary of the evaluation of that step's policy (0 = baseline); for an eval-only
+    run, the evaluations in the order they ran."""
+    eval_labels: dict[int, str]
+    overall: EvalSummary
+    step_metrics: dict[str, dict[int, float]]
+    """Update and other per-step metrics: name -> step -> value (absent = not recorded)."""
+    not_recorded: dict[str, str]
+    """Metric -> why it is missing."""
+    notes: list[str]
+    extremes: dict[str, tuple[list[RolloutRow], list[RolloutRow]]]
+    """Source ("latest eval", "train") -> (best, worst)."""
+    viewer_url: str
+
+
+# -- collecting ----------------------------------------------------------------------------------
+
+
+def collect(run_dir: Path, viewer_url: str = DEFAULT_VIEWER_URL) -> Report:
+    """Read a run directory (from `arft train` or `arft eval`) into a ``Report``."""
+    path = run_dir / "arft.sqlite"
+    if not path.exists():
+        raise ReportError(f"{run_dir} is not an arft run directory (no arft.sqlite): pass the folder "
+                          "that `arft train` or `arft eval` printed")
+    with RunStore(path) as store:
+        runs = store.runs()
+        train_run = next((r for r in runs if r["kind"] == "train"), None)
+        if train_run is not None:
+            return _collect_train(store, run_dir, train_run, runs, viewer_url)
+        evals = [r for r in runs if r["kind"] == "eval"]
+        if not evals:
+            raise ReportError(f"the store in {run_dir} holds no train or eval run yet: "
+                              "report on it once `arft train` or `arft eval` has written rollouts")
+        return _collect_eval(store, run_dir, evals, viewer_url)
+
+
+def _collect_train(store: RunStore, run_dir: Path, run: dict[str, Any], runs: list[dict[str, Any]],
+                   viewer_url: str) -> Report:
+    run_id, job = run["run_id"], run["job"]
+    notes: list[str] = []
+    by_step = _step_metrics(store.metrics(run_id), run_dir)
+    grouped, unassigned = _train_steps(store.rollouts(run_id), by_step, notes)
+    train_rollouts = [r for rs in grouped.values() for r in rs] + unassigned
+    eval_rollouts: dict[int, list[Rollout]] = {}
+    for r in runs:  # a later eval of the same step (re-run after a resume) replaces the earlier
+        if r["kind"] == "eval" and r["run_id"].startswith(f"{run_id}:eval-"):
+            rollouts = store.rollouts(r["run_id"])
+            step = _eval_step(r, rollouts)
+            if rollouts and step is not None:
+                eval_rollouts[step] = [x if x.step is not None else x.model_copy(update={"step": step})
+                                       for x in rollouts]
+    evals = {s: summarize(rs) for s, rs in sorted(eval_rollouts.items())}
+    step_metrics, missing = _update_series(by_step, job)
+    latest = max(evals) if evals else None
+    extremes = {}
+    if latest is not None:
+        extremes[f"latest eval (step {latest})"] = _extremes(eval_rollouts[latest])
+    extremes["train (all steps)"] = _extremes(train_rollouts)
+    steps_done = max([*grouped, *by_step], default=None)
+    all_rollouts = train_rollouts + [r for rs in eval_rollouts.values() for r in rs]
+    return Report(
+        run_dir=str(run_dir), kind="train", job_name=_job_name(run_dir, job),
+        model=str(job.get("model", "?")),
+        status=run["status"], started_at=run["created_at"], wall_time_s=_wall_time([run]),
+        steps_done=steps_done, steps_total=_steps_total(run_dir, job),
+        train={s: summarize(rs) for s, rs in sorted(grouped.items())}, evals=evals,
+        eval_labels={s: "baseline (step 0)" if s == 0 else f"step {s}" for s in evals},
+        overall=summarize(all_rollouts), step_metrics=step_metrics, not_recorded=missing,
+        notes=notes, extremes=extremes, viewer_url=viewer_url.rstrip("/"))
+
+
+def _collect_eval(store: RunStore, run_dir: Path, runs: list[dict[str, Any]], viewer_url: str) -> Report:
+    rollouts = {i: store.rollouts(r["run_id"]) for i, r in enumerate(runs)}
+    last = runs[-1]
+    return Report(
+        run_dir=str(run_dir), kind="eval", job_name=_job_name(run_dir, last["job"]),
+        model=str(last["job"].get("model", "?")), status=last["status"], started_at=runs[0]["created_at"],
+        wall_time_s=_wall_time(runs), steps_done=None, steps_total=None, train={},
+        evals={i: summarize(rs) for i, rs in rollouts.items() if rs},
+        eval_labels={i: r["run_id"] for i, r in enumerate(runs)},
+        overall=summarize([r for rs in rollouts.values() for r in rs]), step_metrics={},
+        not_recorded={}, notes=["an evaluation run (`arft eval`): no training steps, so nothing is "
+                                "plotted over steps"],
+        extremes={"evaluation": _extremes(rollouts[len(runs) - 1])}, viewer_url=viewer_url.rstrip("/"))
+
+
+def _step_metrics(rows: list[dict[str, Any]], run_dir: Path) -> dict[int, dict[str, float]]:
+    """step -> {name: value} from the store, else from metrics.jsonl; NaN means not recorded."""
+    by_step: dict[int, dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        by_step[int(row["step"])][row["name"]] = row["value"]
+    jsonl = run_dir / "metrics.jsonl"
+    if not by_step and jsonl.exists():
+        for line in jsonl.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                step = int(row.pop("step"))
+                by_step[step].update({k: float(v) for k, v in row.items() if isinstance(v, (int, float))})
+    return {s: {k: v for k, v in m.items() if not math.isnan(v)} for s, m in sorted(by_step.items())}
+
+
+def _train_steps(rollouts: list[Rollout], by_step: dict[int, dict[str, float]],
+                 notes: list[str]) -> tuple[dict[int, list[Rollout]], list[Rollout]]:
+    """Train rollouts by the step they trained. Stores written before ``Rollout.step`` existed
+    have None there: the rollouts were stored in order, so cut them by each step's
+    ``train/rollouts`` count from the metrics."""
+    grouped: dict[int, list[Rollout]] = defaultdict(list)
+    unknown, i = [], 0
+    for r in rollouts:
+        if r.step is None:
+            unknown.append(r)
+        else:
+            grouped[r.step].append(r)
+    if unknown:
+        counts = [(s, int(m["train/rollouts"])) for s, m in by_step.items()
+                  if "train/rollouts" in m and s not in grouped]
+        for step, n in counts:
+            grouped[step].extend(r.model_copy(update={"step": step}) for r in unknown[i:i + n])
+            i += n
+        notes.append("this store predates per-rollout steps: train rollouts were assigned to steps "
+                     "in the order they were stored, by each step's recorded rollout count")
+        if i < len(unknown):
+            notes.append(f"{len(unknown) - i} train rollouts could not be assigned to a step "
+                         "(no matching metrics): they count in the totals and tables only")
+    return {s: rs for s, rs in sorted(grouped.items()) if rs}, unknown[i:]
+
+
+def _eval_step(run: dict[str, Any], rollouts: list[Rollout]) -> int | None:
+    step = (run.get("job") or {}).get("step")
+    if step is None and rollouts:
+        step = rollouts[0].step
+    if step is None:  # run ids are "<train>:eval-000005" (or "...-r1" after a resume)
+        digits = run["run_id"].rsplit(":eval-", 1)[-1].split("-")[0]
+        step = int(digits) if digits.isdigit() else None
+    return None if step is None else int(step)
+
+
+def _update_series(by_step: dict[int, dict[str, float]],
+                   job: dict[str, Any]) -> tuple[dict[str, dict[int, float]], dict[str, str]]:
+    """The update metrics to plot, and those not recorded with the reason."""
+    series: dict[str, dict[int, float]] = defaultdict(dict)
+    for step, m in by_step.items():
+        for name, value in m.items():
+            if name.startswith("update/") or name in OTHER_STEP_METRICS:
+                series[name][step] = value
+        if m.get("train/groups"):
+            dropped = m.get("train/groups_dropped", math.nan)
+            series["train/groups_dropped_share"][step] = dropped / m["train/groups"]
+    if not by_step:
+        return {}, {name: "not recorded (the run has no metrics)" for name in UPDATE_METRICS}
+    missing: dict[str, str] = {}
+    kl_coef = ((job.get("training") or {}).get("kl_coef"))
+    if kl_coef == 0 and "update/kl" in series:
+        # The learner reports 0.0 when there is no reference model: that is no measurement.
+        del series["update/kl"]
+        missing["update/kl"] = "not recorded: training.kl_coef is 0, so no KL was computed"
+    for name in UPDATE_METRICS:
+        if name not in series and name not in missing:
+            missing[name] = "not recorded in any step"
+    order = [*UPDATE_METRICS, *OTHER_STEP_METRICS]
+    ordered = sorted(series, key=lambda n: (order.index(n) if n in order else len(order), n))
+    return {n: {s: v for s, v in series[n].items() if not math.isnan(v)} for n in ordered}, missing
+
+
+def _extremes(rollouts: list[Rollout]) -> tuple[list[RolloutRow], list[RolloutRow]]:
+    """The best and worst graded rollouts. Only rollouts above the lowest reward can be "best"
+    and only those below the highest "worst", so a rollout is never listed as both (when all
+    rewards are equal, every rollout is among the best and none is worst). Ties go to
+    later steps, then fewer (best) or more (worst) tool calls."""
+    graded = [(r, reward_of(r) or 0.0) for r in rollouts if reward_of(r) is not None]
+    if not graded:
+        return [], []
+    low, high = min(v for _, v in graded), max(v for _, v in graded)
+    best = sorted((x for x in graded if x[1] > low or low == high),
+                  key=lambda x: (-x[1], -(x[0].step or 0), len(x[0].model_calls)))
+    worst = sorted((x for x in graded if x[1] < high),
+                   key=lambda x: (x[1], -(x[0].step or 0), -len(x[0].model_calls)))
+    return [_row(r) for r, _ in best[:N_EXTREMES]], [_row(r) for r, _ in worst[:N_EXTREMES]]
+
+
+def _row(r: Rollout) -> RolloutRow:
+    answer = " ".join(r.output_text.split())
+    return RolloutRow(trace_id=r.trace_id, task_id=r.task_id, step=r.step, reward=reward_of(r),
+                      calls=len(r.model_calls), status=r.status, finish_reason=r.finish_reason,
+                      answer=answer[:140] + ("…" if len(answer) > 140 else ""))
+
+
+def _job_name(run_dir: Path, job: dict[str, Any]) -> str:
+    marker = run_dir / "job_path.txt"
+    if marker.exists():
+        return Path(marker.read_text().strip()).stem
+    return str(job.get("suffix") or run_dir.name)
+
+
+def _wall_time(runs: list[dict[str, Any]]) -> float | None:
+    spans = [(datetime.fromisoformat(r["created_at"]), datetime.fromisoformat(r["finished_at"]))
+             for r in runs if r.get("finished_at")]
+    return sum((b - a).total_seconds() for a, b in spans) if spans else None
+
+
+def _steps_total(run_dir: Path, job: dict[str, Any]) -> int | None:
+    from arft.trainer.checkpoints import latest_checkpoint
+
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None:
+        total = json.loads((checkpoint / "state.json").read_text()).get("total_steps")
+        if total is not None:
+            return int(total)
+    return (job.get("training") or {}).get("max_steps")
+
+
+# -- rendering -----------------------------------------------------------------------------------
+
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #222;
+       max-width: 1120px; margin: 0 auto; padding: 16px 24px 48px; }
+h1 { font-size: 22px; margin: 8px 0 2px; } h2 { font-size: 17px; margin: 28px 0 8px;
+     border-bottom: 1px solid #ddd; padding-bottom: 4px; } h3 { font-size: 14px; margin: 14px 0 6px; }
+.sub { color: #666; margin: 0 0 8px; } img { max-width: 100%; display: block; margin: 6px 0; }
+table { border-collapse: collapse; margin: 6px 0; font-size: 13px; }
+th, td { padding: 3px 10px 3px 0; text-align: left; vertical-align: top; }
+th { color: #555; font-weight: 600; border-bottom: 1px solid #ccc; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.kv th { border: none; padding-right: 18px; }
+tr + tr td { border-top: 1px solid #f0f0f0; }
+.na { color: #8a5a00; background: #fff7e0; border-left: 3px solid #e0b000; padding: 4px 8px; }
+.note { color: #555; font-size: 13px; } .up { color: #177a2a; } .down { color: #b02020; }
+code { background: #f4f4f4; padding: 1px 4px; border-radius: 3px; }
+td.answer { color: #555; max-width: 420px; } a { color: #1a5fb4; }
+"""
+
+
+def _f(x: float | None, spec: str = ".3f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _img(png: bytes | None, alt: str, missing: str) -> str:
+    if png is None:
+        return f'<p class="na">{escape(missing)}</p>'
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{escape(alt, quote=True)}" src="data:image/png;base64,{data}">'
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    """An HTML table; cells are HTML already (escape text before passing it)."""
+    numeric = numeric or set()
+    cls = [' class="num"' if i in numeric else "" for i in range(len(headers))]
+    head = "".join(f"<th{c}>{escape(h)}</th>" for h, c in zip(headers, cls))
+    body = "".join("<tr>" + "".join(f"<td{c}>{v}</td>" for v, c in zip(row, cls)) + "</tr>"
+                   for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _section(anchor: str, title: str, body: str) -> str:
+    return f'<section id="{anchor}"><h2>{escape(title)}</h2>{body}</section>'
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "not recorded (the run has not finished)"
+    minutes, s = divmod(round(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours} h {m} min" if hours else (f"{m} min {s} s" if m else f"{s} s")
+
+
+def _when(iso: str | None) -> str:
+    if iso is None:
+        return "n/a"
+    t = datetime.fromisoformat(iso)
+    return escape(t.strftime("%Y-%m-%d %H:%M:%S") + (f" {t.tzname()}" if t.tzname() else ""))
+
+
+def _change(a: float | None, b: float | None, spec: str = ".3f") -> str:
+    if a is None or b is None:
+        return f"{_f(a, spec)} → {_f(b, spec)}"
+    cls = "up" if b > a else "down" if b < a else ""
+    return f'{_f(a, spec)} → <b>{_f(b, spec)}</b> <span class="{cls}">({b - a:+{spec}})</span>'
+
+
+def _summary(rep: Report) -> str:
+    rows: list[tuple[str, str]] = [("job", escape(rep.job_name)), ("model", escape(rep.model)),
+                                   ("run", f"{escape(rep.kind)} — {escape(rep.status)}"),
+                                   ("started", _when(rep.started_at)),
+                                   ("wall time", _duration(rep.wall_time_s))]
+    if rep.kind == "train":
+        total = "?" if rep.steps_total is None else str(rep.steps_total)
+        rows.insert(2, ("steps", f"{rep.steps_done if rep.steps_done is not None else 0} / {total}"))
+        rows.append(("train rollouts", str(sum(s.n_rollouts for s in rep.train.values()))))
+    if rep.evals:
+        first, last = rep.evals[min(rep.evals)], rep.evals[max(rep.evals)]
+        label = "baseline → final eval" if rep.kind == "train" and len(rep.evals) > 1 else "eval"
+        if first is last:
+            rows += [("eval reward", f"<b>{_f(last.reward.mean)}</b> ± {_f(last.reward.std)} "
+                                     f"({last.reward.n_graded} graded)"),
+                     ("pass rate", _f(last.pass_rate)),
+                     ("tool calls per rollout", _f(last.tool_calls.mean, ".2f"))]
+        else:
+            rows += [(f"{label} reward", _change(first.reward.mean, last.reward.mean)),
+                     (f"{label} pass rate", _change(first.pass_rate, last.pass_rate)),
+                     (f"{label} tool calls per rollout",
+                      _change(first.tool_calls.mean, last.tool_calls.mean, ".2f"))]
+    else:
+        rows.append(("eval reward", '<span class="na">not recorded: the run has no evaluation '
+                                    "(no validation set)</span>"))
+    o = rep.overall
+    rows.append(("failures", f"{o.n_infra_failed} infra-failed, {o.reward.n_grader_errors} grader "
+                             f"errors, {o.parse_errors_total} parse errors over {o.n_rollouts} rollouts"))
+    table = "".join(f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    notes = "".join(f'<p class="note">Note: {escape(n)}.</p>' for n in rep.notes)
+    return _section("summary", "Summary", f'<table class="kv">{table}</table>{notes}')
+
+
+def _evals_table(rep: Report) -> str:
+    if not rep.evals:
+        return _section("evaluations", "Evaluations",
+                        '<p class="na">not recorded: the run made no evaluation</p>')
+    subs = sorted({n for s in rep.evals.values() for n in s.reward.sub_score_means})
+    headers = ["eval", "rollouts", "reward", "± std", "pass rate", "pass@1", "calls mean", "calls p95",
+               "calls max", "parse errors", "sampled tokens", "infra failed", *subs]
+    rows = []
+    for step, s in rep.evals.items():
+        t = s.tool_calls
+        rows.append([escape(rep.eval_labels.get(step, str(step))), str(s.n_rollouts), _f(s.reward.mean),
+                     _f(s.reward.std), _f(s.pass_rate), _f(s.pass_at_k.get(1)), _f(t.mean, ".2f"),
+                     _f(t.p95, ".1f"), str(t.max if t.max is not None else "n/a"), str(s.parse_errors_total),
+                     _f(s.tokens.mean_sampled_tokens, ".0f"), str(s.n_infra_failed),
+                     *[_f(s.reward.sub_score_means.get(n)) for n in subs]])
+    return _section("evaluations", "Evaluations",
+                    _table(headers, rows, numeric=set(range(1, len(headers)))))
+
+
+def _tool_table(s: EvalSummary) -> str:
+    rows = [[escape(name), str(t.calls), str(t.errors), f"{t.error_rate:.1%}",
+             escape(", ".join(f"{k} {v}" for k, v in t.errors_by_status.items()) or "—"),
+             f"{t.mean_latency_s * 1000:.1f}", f"{t.p95_latency_s * 1000:.1f}"]
+            for name, t in s.tools.items()]
+    return _table(["tool", "calls", "errors", "error rate", "errors by status", "mean ms", "p95 ms"],
+                  rows, numeric={1, 2, 3, 5, 6})
+
+
+def _rollout_table(rep: Report, rows: list[RolloutRow], other: list[RolloutRow]) -> str:
+    if not rows:
+        why = f"every graded rollout scored {_f(other[0].reward)}" if other else "no rollout was graded"
+        return f'<p class="na">none: {why}</p>'
+    body = []
+    for r in rows:
+        href = escape(f"{rep.viewer_url}/rollouts/{r.trace_id}", quote=True)
+        body.append([f'<a href="{href}"><code>{escape(r.trace_id)}</code></a>', escape(r.task_id),
+                     "—" if r.step is None else str(r.step), _f(r.reward), str(r.calls),
+                     f"{escape(r.status)} / {escape(r.finish_reason)}",
+                     f'<span class="answer">{escape(r.answer) or "<i>(empty)</i>"}</span>'])
+    return _table(["trace_id", "task", "step", "reward", "calls", "status / finish", "final answer"],
+                  body, numeric={2, 3, 4})
+
+
+def _extremes_section(rep: Report) -> str:
+    parts = [f'<p class="note">Each trace_id opens the rollout in the trajectory viewer '
+             f"(<code>arft view {escape(rep.run_dir)}</code> serves it at "
+             f"<code>{escape(rep.viewer_url)}</code>).</p>"]
+    for source, (best, worst) in rep.extremes.items():
+        parts.append(f"<h3>Best — {escape(source)}</h3>{_rollout_table(rep, best, worst)}")
+        parts.append(f"<h3>Worst — {escape(source)}</h3>{_rollout_table(rep, worst, best)}")
+    return _section("rollouts", "Best and worst rollouts", "".join(parts))
+
+
+def _histogram_panels(rep: Report) -> list[tuple[str, EvalSummary]]:
+    """Baseline vs latest eval; without evals, the first vs the last train step."""
+    source = rep.evals or rep.train
+    if not source:
+        return []
+    first, last = min(source), max(source)
+    if rep.kind == "eval":
+        titles = {s: rep.eval_labels.get(s, str(s)) for s in (first, last)}
+    elif rep.evals:
+        titles = {first: f"baseline (step {first} eval)", last: f"latest eval (step {last})"}
+    else:
+        titles = {first: f"first train step ({first})", last: f"latest train step ({last})"}
+    return [(titles[s], source[s]) for s in sorted({first, last})]
+
+
+def render_html(rep: Report) -> str:
+    """The report page: every figure embedded, no external files."""
+    no_steps = ("not recorded: an evaluation run has no training steps (its numbers are in "
+                "Summary and Evaluations)" if rep.kind == "eval"
+                else "not recorded: no train rollout has a known step yet")
+    has_subs = any(s.reward.sub_score_means for s in [*rep.train.values(), *rep.evals.values()])
+    steps = rep.kind == "train"
+    sections = [
+        _summary(rep),
+        _section("reward", "Reward", _img(plots.reward_curve(rep.train, rep.evals) if steps else None,
+                                          "Reward over steps", no_steps)),
+        _section("sub-scores", "Sub-grader scores", _img(
+            plots.sub_score_curves(rep.train, rep.evals) if steps else None, "Sub-grader scores",
+            no_steps if has_subs else "not recorded: the grader returned no sub-scores")),
+        _evals_table(rep),
+        _section("tool-calls", "Tool calls per rollout", _img(
+            plots.tool_call_histograms(_histogram_panels(rep)), "Tool calls per rollout",
+            "not recorded: no rollouts")),
+        _section("tool-usage", "Tool usage over steps", _img(
+            plots.tool_usage(rep.train), "Tool calls per rollout by tool",
+            no_steps if not rep.train else "not recorded: no tool was called in training")),
+        _section("tool-health", "Tool latency and errors", _img(
+            plots.tool_health(rep.overall, rep.train), "Tool latency and errors",
+            "not recorded: no tool was called") + (_tool_table(rep.overall) if rep.overall.tools else "")),
+        _section("tokens", "Tokens per rollout", _img(
+            plots.token_curves(rep.train, rep.evals) if steps else None, "Tokens per rollout",
+            no_steps if not steps else "not recorded: the engine exposed no tokens")),
+        _update_section(rep, no_steps),
+        _extremes_section(rep),
+    ]
+    title = f"arft report — {rep.job_name}"
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>"
+            f'<p class="sub"><code>{escape(rep.run_dir)}</code></p>{"".join(sections)}</body></html>\n')
+
+
+def _update_section(rep: Report, no_steps: str) -> str:
+    if rep.kind != "train":
+        return _section("update", "Update metrics", f'<p class="na">{escape(no_steps)}</p>')
+    described = {**UPDATE_METRICS, **OTHER_STEP_METRICS}
+    # A metric with one value at every step is a line, not a chart: say it in words.
+    constant = {n: next(iter(v.values())) for n, v in rep.step_metrics.items()
+                if len(v) > 1 and len(set(v.values())) == 1}
+    varying = {n: v for n, v in rep.step_metrics.items() if n not in constant}
+    png = plots.metric_grid(varying, {n: d for n, d in described.items() if n in varying})
+    body = _img(png, "Update metrics", "not recorded: the run has no update metrics")
+    if constant:
+        items = ", ".join(f"<code>{escape(n)}</code> = {v:.4g}" for n, v in constant.items())
+        body += f'<p class="note">The same at every step: {items}.</p>'
+    skipped = sorted(s for s, v in rep.step_metrics.get("update/tokens", {}).items() if v == 0)
+    if skipped:
+        body += (f'<p class="note">No update at step{"s" if len(skipped) > 1 else ""} '
+                 f'{", ".join(map(str, skipped))}: no rollout had an advantage (every group had equal '
+                 "rewards or failed), so the other update metrics have no point there.</p>")
+    if rep.not_recorded:
+        items = "".join(f"<li><code>{escape(n)}</code> — {escape(why)}</li>"
+                        for n, why in rep.not_recorded.items())
+        body += f'<div class="na">Not recorded:<ul>{items}</ul></div>'
+    return _section("update", "Update metrics", body)
+
+
+def write_report(run_dir: Path, out: Path | None = None, viewer_url: str = DEFAULT_VIEWER_URL) -> Path:
+    """Collect ``run_dir`` and write its report (default ``RUN_DIR/report.html``); returns the path."""
+    path = out or run_dir / "report.html"
+    page = render_html(collect(run_dir, viewer_url))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
