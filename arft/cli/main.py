@@ -168,6 +168,9 @@ def _register_grader_commands() -> None:
 
 _register_grader_commands()
 # Insight commands (doctor, report, view) register themselves below, one line each.
+from arft.cli.doctor_cmd import doctor_cmd; app.command("doctor")(doctor_cmd)  # noqa: E402,E702
+from arft.cli.view_cmd import view_cmd; app.command("view")(view_cmd)  # noqa: E402,E702
+from arft.cli.report_cmd import report_cmd; app.command("report")(report_cmd)  # noqa: E402,E702
 
 if __name__ == "__main__":
     app()

@@ -285,6 +285,49 @@ def python_problems(spec: Any, base_dir: Path) -> list[str]:
     return problems
 
 
+def _subscript_keys(source: str) -> list[str]:
+    """Constant keys of ``item["key"]`` subscripts in ``def grade(sample, item)`` (the second
+    parameter, whatever its name); nothing when the source does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    grades = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "grade"
+              and len(n.args.args) >= 2]
+    if not grades:
+        return []
+    name = grades[-1].args.args[1].arg
+    return [node.slice.value for node in ast.walk(grades[-1])
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+            and node.value.id == name and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)]
+
+
+def item_reads(spec: Any, base_dir: Path) -> list[tuple[str, str]]:
+    """The item fields a grader needs, as ``(where, path)``: every ``{{ item.* }}`` template
+    (``where`` is the spec path) and every ``item["key"]`` a python grader's ``grade`` reads by
+    subscript (a missing key raises ``KeyError``; ``item.get`` has a default and is left out).
+    Each ``path`` resolves with ``templates.resolve(path, sample, item)``.
+    """
+    found: list[tuple[str, str]] = []
+    for path, text in spec_strings(spec):
+        for m in PLACEHOLDER.finditer(text):
+            try:
+                root = _parse_path(m.group(1))[0]
+            except TemplateError:
+                continue  # validate_grader reports it
+            if root == "item":
+                found.append((path or "(spec)", m.group(1).strip()))
+    for path, sub in _python_specs(spec):
+        try:
+            source = _python_source(sub, base_dir)
+        except InputError:
+            continue  # validate_grader reports it
+        for key in _subscript_keys(source[0]) if source else []:
+            found.append((f"{path or 'grader'} source", f"item[{json.dumps(key)}]"))
+    return list(dict.fromkeys(found))
+
+
 # -- validation: the whole spec ----------------------------------------------------------------
 
 

@@ -1,0 +1,67 @@
+"""`arft doctor JOB`: check a job against the talk's four principles before training it.
+
+Thin command: load the job and its data, call ``arft.report.doctor.run_doctor``, print the
+verdicts (a table, or JSON with ``--json``). Exit 0 when nothing fails, 1 when a check fails
+(warnings do not), 2 for input that cannot be read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from pathlib import Path
+from typing import NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(Text("error: ", style="bold red") + Text(message))
+    raise typer.Exit(2)
+
+
+def doctor_cmd(
+    job_file: Path = typer.Argument(..., help="Job spec (YAML or JSON, hosted Agent RFT shape)."),
+    traffic: Optional[Path] = typer.Option(
+        None, "--traffic", help="A JSONL of real prompts (dataset format) to check drift against."),
+    samples: int = typer.Option(4, "--samples", min=2, help="Baseline rollouts per task."),
+    tasks: int = typer.Option(8, "--tasks", min=1, help="Baseline on the first N training tasks."),
+    no_rollouts: bool = typer.Option(
+        False, "--no-rollouts", help="Static checks only: no model is loaded."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Where baseline rollouts are stored "
+                            "(default: runs/<job>-doctor-<time>)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
+) -> None:
+    """Check a job against the four principles: a well-defined task, data like real traffic,
+    a baseline that can improve by exploring, and an unhackable, continuous reward."""
+    from arft.cli.progress import RolloutProgress
+    from arft.config import JobError, load_job
+    from arft.report.doctor import load_data, render_doctor, run_doctor
+    from arft.rollout.evaluate import default_run_dir
+
+    try:
+        job = load_job(job_file)
+        data = load_data(job, traffic)
+    except (JobError, ValueError) as e:
+        _fail(str(e))
+    run_dir = None if no_rollouts else (
+        out.resolve() if out else default_run_dir(job_file, job, "doctor"))
+    total = min(tasks, len(data.train)) * samples
+    go = partial(run_doctor, job, data, samples=samples, n_tasks=tasks,
+                 rollouts=not no_rollouts, run_dir=run_dir, job_name=str(job_file))
+    if no_rollouts:  # static checks take a second or two: no progress bar
+        report = asyncio.run(go())
+    else:  # with --json, stdout carries only the JSON: progress goes to stderr
+        with RolloutProgress(err if as_json else console, total=total) as progress:
+            report = asyncio.run(go(on_status=progress.status, on_done=progress.done))
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        render_doctor(report, console)
+    raise typer.Exit(report.exit_code)
