@@ -9,8 +9,9 @@ grades them with the job's grader:
 * ``all_candidates``: every distinct string (and number) found in the task's item but its
   ``id``, one a line (when there are at least two) — a ``like``/``ilike`` check or a lenient
   judge accepts it whatever the right answer is;
-* ``tool_copy``: a baseline rollout's tool output that shows the reference, pasted as the
-  answer (only with baseline rollouts of that task).
+* ``tool_copy``: a baseline rollout's tool output that shows the reference among other text,
+  pasted as the answer (only with baseline rollouts of that task; an output that is exactly the
+  reference is the tool doing its job and is left out).
 
 Any of them scoring above ``threshold`` is a hack the policy will find. From the baseline
 rollouts' real grades it also measures how continuous the reward is (distinct values, share of
@@ -185,12 +186,17 @@ def reference_values(grader_spec: dict[str, Any], item: dict[str, Any]) -> list[
 
 
 def tool_copies(task: Task, baseline: list[Rollout], references: list[str]) -> list[str]:
-    """Distinct tool outputs of ``task``'s baseline rollouts that show a reference value."""
+    """Distinct tool outputs of ``task``'s baseline rollouts that show a reference value among
+    other text. An output that *is* the reference (a calculator's result) is left out: pasting
+    it is the intended use of the tool, not a hack."""
     outputs: dict[str, None] = {}
+    exact = {ref.strip().casefold() for ref in references}
     for rollout in baseline:
         if rollout.task_id != task.id:
             continue
         for call in rollout.tool_calls:
+            if call.output.strip().casefold() in exact:
+                continue
             if any(ref in call.output for ref in references):
                 outputs.setdefault(call.output, None)
     return list(outputs)[:MAX_TOOL_COPIES]

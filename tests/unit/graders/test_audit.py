@@ -128,6 +128,7 @@ async def test_tool_copy_from_the_baseline(tmp_path: Path) -> None:
         baseline_rollout("q1", Score(score=0.0), "France: capital Paris", "weather: sunny"),
         baseline_rollout("q1", Score(score=1.0), "France: capital Paris"),  # same output once
         baseline_rollout("q2", Score(score=0.5), "Saturn is big"),  # no reference shown
+        baseline_rollout("q1", Score(score=1.0), " paris\n"),  # is the answer: the tool doing its job
     ]
     report = await audit(tmp_path, EQ, baseline)
     copies = [r for r in report.results if r.kind == "tool_copy"]
