@@ -59,7 +59,10 @@ def distinctive(value: Any) -> bool:
 
 def _as_number(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # a huge int (2 ** 2000): compared exactly, as an int
+            return None
     if isinstance(value, str) and re.fullmatch(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*",
                                                value):
         return float(value)

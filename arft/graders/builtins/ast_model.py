@@ -151,6 +151,22 @@ def own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
             stack.extend(ast.iter_child_nodes(node))
 
 
+_MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "pop",
+                       "popitem", "remove", "discard", "clear", "sort", "reverse",
+                       "__setitem__", "__delitem__"})
+
+
+def _mutated_name(node: ast.AST) -> str | None:
+    """The name a node changes in place (``x.append(...)``, ``x[k] = ...``, ``del x[k]``)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in _MUTATORS and isinstance(node.func.value, ast.Name):
+        return node.func.value.id
+    if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load) \
+            and isinstance(node.value, ast.Name):
+        return node.value.id
+    return None
+
+
 class Context:
     """One parsed module: its imports, aliases, single assignments, defs and docstrings."""
 
@@ -212,6 +228,9 @@ class Context:
             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) \
                     and id(node) not in handled:
                 self.values.setdefault(node.id, []).append(None)
+            elif (mutated := _mutated_name(node)) is not None:
+                # out = []; out.append(x): one assignment, but not a constant
+                self.values.setdefault(mutated, []).append(None)
             elif isinstance(node, ast.arg):
                 self.values.setdefault(node.arg, []).append(None)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
