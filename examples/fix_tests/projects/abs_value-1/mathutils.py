@@ -1,0 +1,2 @@
+def magnitude(x):
+    return x if x > 0 else x

@@ -1,0 +1,2 @@
+def distance_from_zero(x):
+    return x if x > 0 else x

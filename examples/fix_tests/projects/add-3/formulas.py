@@ -1,0 +1,2 @@
+def sum_pair(a, b):
+    return a - b

@@ -1,0 +1,2 @@
+def limit(x, lo, hi):
+    return max(lo, min(x, lo))

@@ -1,0 +1,2 @@
+def bound(x, lo, hi):
+    return max(lo, min(x, lo))

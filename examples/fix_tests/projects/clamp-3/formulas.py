@@ -1,0 +1,2 @@
+def restrict(x, lo, hi):
+    return max(lo, min(x, lo))

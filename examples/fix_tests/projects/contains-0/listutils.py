@@ -1,0 +1,2 @@
+def contains(items, x):
+    return x not in items

@@ -1,0 +1,2 @@
+def has(items, x):
+    return x not in items

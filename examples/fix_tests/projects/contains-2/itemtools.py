@@ -1,0 +1,2 @@
+def includes(items, x):
+    return x not in items

@@ -1,0 +1,2 @@
+def member(items, x):
+    return x not in items

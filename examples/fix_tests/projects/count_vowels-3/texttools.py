@@ -1,0 +1,2 @@
+def vowel_count(s):
+    return sum(1 for c in s if c in 'aeio')

@@ -1,0 +1,2 @@
+def count_words(s):
+    return len(s.split(','))

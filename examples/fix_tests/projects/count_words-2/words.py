@@ -1,0 +1,2 @@
+def num_words(s):
+    return len(s.split(','))

@@ -1,0 +1,2 @@
+def words_in(s):
+    return len(s.split(','))

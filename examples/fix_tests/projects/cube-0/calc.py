@@ -1,0 +1,2 @@
+def cube(x):
+    return x * x

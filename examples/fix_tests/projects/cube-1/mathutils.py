@@ -1,0 +1,2 @@
+def cubed(x):
+    return x * x

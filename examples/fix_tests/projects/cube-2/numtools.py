@@ -1,0 +1,2 @@
+def third_power(x):
+    return x * x

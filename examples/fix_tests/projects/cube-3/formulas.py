@@ -1,0 +1,2 @@
+def pow3(x):
+    return x * x

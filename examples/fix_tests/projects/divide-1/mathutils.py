@@ -1,0 +1,2 @@
+def ratio(a, b):
+    return a * b

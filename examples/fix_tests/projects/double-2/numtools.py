@@ -1,0 +1,2 @@
+def times_two(x):
+    return x * x

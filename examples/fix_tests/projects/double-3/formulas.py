@@ -1,0 +1,2 @@
+def doubled(x):
+    return x * x

@@ -1,0 +1,5 @@
+def factorial(n):
+    result = 1
+    for i in range(1, n):
+        result = result * i
+    return result

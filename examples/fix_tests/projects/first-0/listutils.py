@@ -1,0 +1,2 @@
+def first(items):
+    return items[1]

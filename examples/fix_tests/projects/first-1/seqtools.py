@@ -1,0 +1,2 @@
+def head(items):
+    return items[1]

@@ -1,0 +1,2 @@
+def first_item(items):
+    return items[1]

@@ -1,0 +1,2 @@
+def front(items):
+    return items[1]

@@ -1,0 +1,2 @@
+def initial(s):
+    return s[1]

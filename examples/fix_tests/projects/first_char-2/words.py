@@ -1,0 +1,2 @@
+def first_letter(s):
+    return s[1]

@@ -1,0 +1,2 @@
+def leading_char(s):
+    return s[1]

@@ -1,0 +1,2 @@
+def welcome(name):
+    return 'Hello ' + name

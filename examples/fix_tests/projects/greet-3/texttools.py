@@ -1,0 +1,2 @@
+def salute(name):
+    return 'Hello ' + name

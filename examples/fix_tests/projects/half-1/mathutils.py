@@ -1,0 +1,2 @@
+def halve(x):
+    return x * 2

@@ -1,0 +1,2 @@
+def halved(x):
+    return x * 2

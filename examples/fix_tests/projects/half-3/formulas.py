@@ -1,0 +1,2 @@
+def split_in_two(x):
+    return x * 2

@@ -1,0 +1,2 @@
+def in_range(x, lo, hi):
+    return lo < x < hi

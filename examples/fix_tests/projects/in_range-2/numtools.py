@@ -1,0 +1,2 @@
+def within(x, lo, hi):
+    return lo < x < hi

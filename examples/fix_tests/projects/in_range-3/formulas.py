@@ -1,0 +1,2 @@
+def is_between(x, lo, hi):
+    return lo < x < hi

@@ -1,0 +1,2 @@
+def is_adult(age):
+    return age > 18

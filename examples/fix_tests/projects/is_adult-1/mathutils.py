@@ -1,0 +1,2 @@
+def can_vote(age):
+    return age > 18

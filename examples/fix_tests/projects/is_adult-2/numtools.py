@@ -1,0 +1,2 @@
+def of_age(age):
+    return age > 18

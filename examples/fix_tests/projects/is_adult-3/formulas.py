@@ -1,0 +1,2 @@
+def grown_up(age):
+    return age > 18

@@ -1,0 +1,2 @@
+def is_empty(items):
+    return len(items) == 1

@@ -1,0 +1,2 @@
+def empty(items):
+    return len(items) == 1

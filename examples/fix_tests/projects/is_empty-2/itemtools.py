@@ -1,0 +1,2 @@
+def has_no_items(items):
+    return len(items) == 1

@@ -1,0 +1,2 @@
+def blank(items):
+    return len(items) == 1

@@ -1,0 +1,2 @@
+def even(n):
+    return n % 2 == 1

@@ -1,0 +1,2 @@
+def check_even(n):
+    return n % 2 == 1

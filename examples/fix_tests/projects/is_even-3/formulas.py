@@ -1,0 +1,2 @@
+def is_even_number(n):
+    return n % 2 == 1

@@ -1,0 +1,2 @@
+def is_negative(n):
+    return n <= 0

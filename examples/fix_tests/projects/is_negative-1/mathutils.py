@@ -1,0 +1,2 @@
+def negative(n):
+    return n <= 0

@@ -1,0 +1,2 @@
+def below_zero(n):
+    return n <= 0

@@ -1,0 +1,2 @@
+def check_negative(n):
+    return n <= 0

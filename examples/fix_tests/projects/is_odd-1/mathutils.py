@@ -1,0 +1,2 @@
+def odd(n):
+    return n % 2 == 0

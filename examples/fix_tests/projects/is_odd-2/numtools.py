@@ -1,0 +1,2 @@
+def check_odd(n):
+    return n % 2 == 0

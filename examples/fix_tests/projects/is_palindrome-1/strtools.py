@@ -1,0 +1,2 @@
+def palindrome(s):
+    return s == s[::1]

@@ -1,0 +1,2 @@
+def reads_same(s):
+    return s == s[::1]

@@ -1,0 +1,2 @@
+def symmetric(s):
+    return s == s[::1]

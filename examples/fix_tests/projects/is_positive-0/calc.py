@@ -1,0 +1,2 @@
+def is_positive(n):
+    return n >= 0

@@ -1,0 +1,2 @@
+def positive(n):
+    return n >= 0

@@ -1,0 +1,2 @@
+def above_zero(n):
+    return n >= 0

@@ -1,0 +1,2 @@
+def check_positive(n):
+    return n >= 0

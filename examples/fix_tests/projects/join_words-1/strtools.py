@@ -1,0 +1,2 @@
+def sentence(words):
+    return ''.join(words)

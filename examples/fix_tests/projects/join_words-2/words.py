@@ -1,0 +1,2 @@
+def make_sentence(words):
+    return ''.join(words)

@@ -1,0 +1,2 @@
+def glue(words):
+    return ''.join(words)

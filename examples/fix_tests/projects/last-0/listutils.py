@@ -1,0 +1,2 @@
+def last(items):
+    return items[0]

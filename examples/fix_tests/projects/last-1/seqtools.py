@@ -1,0 +1,2 @@
+def tail_item(items):
+    return items[0]

@@ -1,0 +1,2 @@
+def last_item(items):
+    return items[0]

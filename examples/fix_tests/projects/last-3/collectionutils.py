@@ -1,0 +1,2 @@
+def final(items):
+    return items[0]

@@ -1,0 +1,2 @@
+def max_of(a, b):
+    return a if a < b else b

@@ -1,0 +1,2 @@
+def larger(a, b):
+    return a if a < b else b

@@ -1,0 +1,2 @@
+def bigger(a, b):
+    return a if a < b else b

@@ -1,0 +1,2 @@
+def greater_of(a, b):
+    return a if a < b else b

@@ -1,0 +1,2 @@
+def min_of(a, b):
+    return a if a > b else b

@@ -1,0 +1,2 @@
+def smaller(a, b):
+    return a if a > b else b

@@ -1,0 +1,2 @@
+def lesser(a, b):
+    return a if a > b else b

@@ -1,0 +1,2 @@
+def least_of(a, b):
+    return a if a > b else b

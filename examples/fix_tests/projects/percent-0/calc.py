@@ -1,0 +1,2 @@
+def percent(part, whole):
+    return part / whole * 10

@@ -1,0 +1,2 @@
+def percentage(part, whole):
+    return part / whole * 10

@@ -1,0 +1,2 @@
+def as_percent(part, whole):
+    return part / whole * 10

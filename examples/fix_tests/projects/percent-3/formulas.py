@@ -1,0 +1,2 @@
+def share_percent(part, whole):
+    return part / whole * 10

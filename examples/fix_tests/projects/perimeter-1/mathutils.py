@@ -1,0 +1,2 @@
+def rect_perimeter(w, h):
+    return w + h

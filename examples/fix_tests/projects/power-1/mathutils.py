@@ -1,0 +1,2 @@
+def pow_of(base, exp):
+    return base * exp

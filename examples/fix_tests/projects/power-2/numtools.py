@@ -1,0 +1,2 @@
+def raise_to(base, exp):
+    return base * exp

@@ -1,0 +1,2 @@
+def exponent(base, exp):
+    return base * exp

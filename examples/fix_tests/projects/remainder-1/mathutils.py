@@ -1,0 +1,2 @@
+def modulo(a, b):
+    return a // b

@@ -1,0 +1,2 @@
+def mod(a, b):
+    return a // b

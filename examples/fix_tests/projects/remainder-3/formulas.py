@@ -1,0 +1,2 @@
+def leftover(a, b):
+    return a // b

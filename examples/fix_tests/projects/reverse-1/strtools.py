@@ -1,0 +1,2 @@
+def backwards(s):
+    return s[::1]

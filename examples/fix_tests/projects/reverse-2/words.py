@@ -1,0 +1,2 @@
+def reversed_text(s):
+    return s[::1]

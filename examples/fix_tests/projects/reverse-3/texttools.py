@@ -1,0 +1,2 @@
+def mirror(s):
+    return s[::1]

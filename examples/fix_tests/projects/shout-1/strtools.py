@@ -1,0 +1,2 @@
+def to_upper(s):
+    return s.lower()

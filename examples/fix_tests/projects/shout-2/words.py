@@ -1,0 +1,2 @@
+def loud(s):
+    return s.lower()

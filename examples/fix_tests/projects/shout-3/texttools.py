@@ -1,0 +1,2 @@
+def yell(s):
+    return s.lower()

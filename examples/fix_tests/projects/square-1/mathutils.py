@@ -1,0 +1,2 @@
+def squared(x):
+    return x * 2

@@ -1,0 +1,2 @@
+def sq(x):
+    return x * 2

@@ -1,0 +1,2 @@
+def self_product(x):
+    return x * 2

@@ -1,0 +1,2 @@
+def subtract(a, b):
+    return a + b

@@ -1,0 +1,2 @@
+def minus(a, b):
+    return a + b

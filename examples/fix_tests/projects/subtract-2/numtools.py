@@ -1,0 +1,2 @@
+def difference(a, b):
+    return a + b

@@ -1,0 +1,2 @@
+def take_away(a, b):
+    return a + b

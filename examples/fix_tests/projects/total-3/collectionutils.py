@@ -1,0 +1,5 @@
+def grand_total(items):
+    result = 1
+    for x in items:
+        result = result + x
+    return result
