@@ -1,0 +1,1 @@
+"""The billing package of billing."""

@@ -1,0 +1,1 @@
+"""The customers package of billing."""

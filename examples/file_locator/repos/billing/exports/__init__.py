@@ -1,0 +1,1 @@
+"""The exports package of billing."""

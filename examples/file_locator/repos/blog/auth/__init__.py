@@ -1,0 +1,1 @@
+"""The auth package of blog."""

@@ -1,0 +1,1 @@
+"""The blog package of blog."""

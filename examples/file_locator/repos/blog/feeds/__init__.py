@@ -1,0 +1,1 @@
+"""The feeds package of blog."""

@@ -1,0 +1,1 @@
+"""The media package of blog."""

@@ -1,0 +1,1 @@
+"""The catalog package of library."""

@@ -1,0 +1,1 @@
+"""The loans package of library."""

@@ -1,0 +1,1 @@
+"""The members package of library."""

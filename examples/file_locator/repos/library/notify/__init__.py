@@ -1,0 +1,1 @@
+"""The notify package of library."""

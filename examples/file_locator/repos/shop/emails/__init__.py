@@ -1,0 +1,1 @@
+"""The emails package of shop."""

@@ -1,0 +1,1 @@
+"""The products package of shop."""

@@ -1,0 +1,1 @@
+"""The shipping package of shop."""

@@ -1,0 +1,1 @@
+"""The api package of weather."""

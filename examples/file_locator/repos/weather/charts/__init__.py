@@ -1,0 +1,1 @@
+"""The charts package of weather."""

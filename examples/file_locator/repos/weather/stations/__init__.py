@@ -1,0 +1,1 @@
+"""The stations package of weather."""
