@@ -1,0 +1,3 @@
+"""The message broker connection used for every EVENT_QUEUE."""
+
+BROKER_URL = "amqp://broker.internal"
