@@ -1,0 +1,44 @@
+"""Run an ASGI app (FastAPI) on 127.0.0.1 in a background thread: examples' tool servers and
+judges, tests and benchmarks share this one mechanism."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(app: Any, port: int | None = None, name: str = "server") -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1 until the block ends; yields the base URL (no trailing slash).
+
+    Raises ``RuntimeError`` naming ``name`` and the port when it does not start within 10 s
+    (usually: the port is taken by another process).
+    """
+    import uvicorn
+
+    port = port or free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError(f"{name} did not start on 127.0.0.1:{port} (port in use? stop the "
+                               "process holding it, or pick another port)")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
