@@ -155,8 +155,10 @@ async def _episode(ep: _Episode, conv: Conversation, tools: Mapping[str, Tool], 
 
 async def run_rollout(conv: Conversation, task: Task, tools: Mapping[str, Tool],
                       limits: RolloutLimits, *, trace_id: str | None = None, run_id: str = "",
-                      sample_index: int = 0, workspace: Path | None = None) -> Rollout:
-    """Run one episode of ``task``; the conversation must not be started yet."""
+                      sample_index: int = 0, workspace: Path | None = None,
+                      step: int | None = None) -> Rollout:
+    """Run one episode of ``task``; the conversation must not be started yet (``step``: the
+    training step it belongs to, stamped on the record)."""
     trace_id = trace_id or new_trace_id()
     schemas = task_tool_schemas(task, tools)
     allowed = {s["function"]["name"] for s in schemas if "function" in s}
@@ -173,17 +175,17 @@ async def run_rollout(conv: Conversation, task: Task, tools: Mapping[str, Tool],
     except Exception as e:  # a bug: keep the partial episode and say where it broke
         tb = traceback.format_exc(limit=4)
         ep.end("error", "error", f"{type(e).__name__}: {e}\n{tb}")
-    return _freeze(ep, conv, task, run_id, sample_index, time.perf_counter() - t0)
+    return _freeze(ep, conv, task, run_id, sample_index, step, time.perf_counter() - t0)
 
 
 def _freeze(ep: _Episode, conv: Conversation, task: Task, run_id: str, sample_index: int,
-            total_s: float) -> Rollout:
+            step: int | None, total_s: float) -> Rollout:
     tokens: dict[str, Any] = {}
     if isinstance(conv, TokenConversation):
         tokens = dict(token_ids=tuple(conv.token_ids), loss_mask=tuple(conv.loss_mask),
                       logprobs=tuple(conv.logprobs), prompt_len=conv.prompt_len)
     return Rollout(
-        trace_id=ep.trace_id, task_id=task.id, sample_index=sample_index, run_id=run_id,
+        trace_id=ep.trace_id, task_id=task.id, sample_index=sample_index, run_id=run_id, step=step,
         messages=tuple(ep.messages), tool_calls=tuple(ep.records), n_turns=ep.n_turns,
         parse_errors=ep.parse_errors, finish_reason=ep.finish, status=ep.status,  # type: ignore[arg-type]
         error=ep.error, item=task.item,

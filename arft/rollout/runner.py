@@ -102,9 +102,7 @@ class RolloutRunner:
         try:
             rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.tools, self.limits,
                                         trace_id=trace_id, run_id=self.run_id,
-                                        sample_index=sample_index, workspace=workspace)
-            if self.step is not None:
-                rollout = rollout.model_copy(update={"step": self.step})
+                                        sample_index=sample_index, workspace=workspace, step=self.step)
             if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
                 score = await grade_rollout(self.grader, rollout, workspace)
                 rollout = rollout.model_copy(update={
