@@ -4,6 +4,7 @@ appends to the same dashboard run, and a configured sink that cannot start is a 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,20 @@ def test_wandb_offline_run_gets_the_metrics(tmp_path: Path) -> None:
     run_id = (tmp_path / "wandb_run_id.txt").read_text().strip()
     runs = list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}"))
     assert len(runs) == 1  # written for `wandb sync`: the metric rows are in the run file
-    data = (runs[0] / f"run-{run_id}.wandb").read_bytes()
-    assert b"train/reward_mean" in data and b"update/kl" in data
+    assert wait_for_bytes(runs[0] / f"run-{run_id}.wandb", [b"train/reward_mean", b"update/kl"])
+
+
+def wait_for_bytes(path: Path, needles: list[bytes], deadline_s: float = 60.0) -> bool:
+    """The wandb-core service process writes the run file after ``finish()`` returns; under load it
+    lands a little later. Wait for it (the condition, not the time, is what the test asserts)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        data = path.read_bytes() if path.exists() else b""
+        if all(n in data for n in needles):
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.2)
 
 
 def test_tensorboard_is_on_by_default(tmp_path: Path) -> None:
