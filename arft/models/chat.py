@@ -301,7 +301,9 @@ class ChatFormat:
         if kind == "required":
             return self._call_open
         if kind == "named":
-            return self._call_open + json.dumps(name, ensure_ascii=False)[1:-1] + self._args_infix
+            # No trailing space: BPE tokenizers merge it with what follows (' {"'), so a prefill that
+            # ends in a bare space leaves the model an unusual continuation and malformed arguments.
+            return self._call_open + json.dumps(name, ensure_ascii=False)[1:-1] + self._args_infix.rstrip()
         return ""
 
     def _apply(self, dicts: list[dict[str, Any]], tools: list[dict[str, Any]] | None,

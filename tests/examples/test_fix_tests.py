@@ -158,9 +158,9 @@ async def test_reference_solution_through_arft_eval(tmp_path: Path, tokenizer: A
                              if (t.messages[-1].content or "") in text)
         turns = text.split(request)[-1].count("<|im_start|>assistant")
         if turns == 1:  # the job prefills the call up to its arguments (tool_choice: replace)
-            assert text.endswith('<tool_call>\n{"name": "replace", "arguments": ')
+            assert text.endswith('<tool_call>\n{"name": "replace", "arguments":')
             args = {"path": task["path"], "old": task["buggy_line"], "new": task["fixed_line"]}
-            return f"{json.dumps(args)}}}\n</tool_call><|im_end|>"
+            return f" {json.dumps(args)}}}\n</tool_call><|im_end|>"
         if turns == 2:
             return '<tool_call>\n{"name": "run_tests", "arguments": {}}\n</tool_call><|im_end|>'
         return "Fixed the line; all tests pass.<|im_end|>"
