@@ -16,7 +16,8 @@ untrained baseline, then every ``eval_interval`` steps and the last) is reported
   function computed on each eval's stored rollouts (``fast_function`` counts rewarded hacks).
 
 An example whose tools are services has ``examples/ENV/services.py`` with a context manager
-``serve()`` that starts them (on 127.0.0.1) for the duration of the run.
+``serve()`` that starts them (on 127.0.0.1) for the duration of the run, as ``examples/run.py``
+does for a plain ``arft`` command (the hooks are that file's).
 
 Output: a table on stdout, a Markdown table for the example's README, and
 ``bench/out/case_<ENV>[-TAG]/result.json`` (the run directory sits beside it). Timings are noisy on
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib.util
 import json
 import sys
@@ -41,25 +41,25 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "bench" / "out"
 
 
+def _examples_runner() -> Any:
+    """``examples/run.py`` (its ``example_hook`` and ``services``), loaded by path."""
+    spec = importlib.util.spec_from_file_location("examples_run", ROOT / "examples" / "run.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+EXAMPLES = _examples_runner()
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def example_hook(env_dir: Path, module_name: str, attr: str) -> Any:
-    """``attr`` of ``examples/ENV/<module_name>.py`` when the example has that file, else None."""
-    path = env_dir / f"{module_name}.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location(f"{module_name}_{env_dir.name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, attr)
-
-
 def extra_metrics(env_dir: Path) -> Callable[[list[Any]], dict[str, float]] | None:
     """The example's own ``bench_metrics.metrics(rollouts) -> dict`` function, when it has one."""
-    return example_hook(env_dir, "bench_metrics", "metrics")  # type: ignore[no-any-return]
+    return EXAMPLES.example_hook(env_dir, "bench_metrics", "metrics")  # type: ignore[no-any-return]
 
 
 def eval_row(summary: Any, rollouts: list[Any], extra: Callable[[list[Any]], dict[str, float]] | None) -> dict[str, Any]:
@@ -129,9 +129,7 @@ def run(env: str, args: argparse.Namespace) -> dict[str, Any]:
         log(f"  eval @ step {step}: {summary_line(summary)}")
 
     log(f"{env}: training {job.training.max_steps or 'n_epochs'} steps into {run_dir}")
-    # An example whose tools are services (an HTTP tool server) starts them in services.serve()
-    serve = example_hook(env_dir, "services", "serve")
-    with serve() if serve is not None else contextlib.nullcontext():
+    with EXAMPLES.services(env_dir):  # an example's HTTP tool server / judge, when it has one
         result = asyncio.run(train(job, run_dir, resume=args.resume, hooks=Hooks(
             status=lambda s: log(f"  {s}"), step_done=step_done, eval_done=eval_done)))
     wall = time.perf_counter() - t0

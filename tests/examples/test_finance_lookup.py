@@ -149,9 +149,6 @@ def test_services_start_the_server_as_a_process_and_stop_it() -> None:
             assert again == url
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=1.0)
-    run = module("run")
-    assert run.arft_command(["eval", "--limit", "2"])[1:] == ["eval", str(EXAMPLE / "job.yaml"), "--limit", "2"]
-    assert run.arft_command([])[1:] == ["train", str(EXAMPLE / "job.yaml")]
 
 
 def test_job_is_valid() -> None:
