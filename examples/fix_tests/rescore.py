@@ -1,4 +1,5 @@
-"""Re-score a fix_tests run's stored eval rollouts with the grader as job.yaml has it now.
+"""Re-score a fix_tests run's stored eval rollouts with the grader as job.yaml has it now
+(its ``calculate_output``, read from the job).
 
     python examples/fix_tests/rescore.py bench/out/case_fix_tests-run1/run/arft.sqlite
 
@@ -17,11 +18,14 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # the example's grader.py, then arft
 
 import grader  # noqa: E402 - examples/fix_tests/grader.py
+from arft.config import load_job  # noqa: E402
 from arft.graders.base import build_sample  # noqa: E402
+from arft.graders.formula import parse_formula  # noqa: E402
 from arft.tracing.store import RunStore  # noqa: E402
 
 
 def main(path: str) -> None:
+    formula = parse_formula(load_job(HERE / "job.yaml").rl.grader["calculate_output"])
     with RunStore(path) as store:
         for run in store.runs():
             if run["kind"] != "eval":
@@ -34,7 +38,7 @@ def main(path: str) -> None:
                 honest = grader.grade(sample, {})
                 answered += int(ans)
                 dishonest += int(sub["tests"] == 1.0 and ans and not honest)
-                new.append(sub["tests"] * (0.7 * sub["style"] * ans * honest + 0.3 * sub["verified"]))
+                new.append(formula.evaluate({**sub, "answered": ans, "honest": honest}))
                 old.append(r.score.score)
             n = len(rollouts)
             print(f"{run['run_id']}: n={n} stored reward {sum(old) / n:.3f} -> current grader "
