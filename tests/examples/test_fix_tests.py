@@ -136,15 +136,15 @@ async def test_strict_grader_gate_style_and_verification(tmp_path: Path) -> None
     assert await score(untouched, "Fixed the bug; all tests pass.", [verify]) == 0.0
     # Fixed but not verified after the edit: only the correct-and-professional share.
     assert await score(fixed, "Fixed.", [verify | {"turn": 0}, edit | {"turn": 1}]) \
-        == pytest.approx(0.5)
+        == pytest.approx(0.7)
     # Fixed and verified, but no reply at all: only the verification share (no free tone score).
-    assert await score(fixed, "", [edit, verify]) == pytest.approx(0.5)
+    assert await score(fixed, "", [edit, verify]) == pytest.approx(0.3)
     # Fixed and verified, but with an emoji and slang: the style share shrinks.
     assert await score(fixed, "Fixed it lol \U0001F600", [edit, verify]) == pytest.approx(
-        0.5 * (1 - 0.2 - 0.1) + 0.5)
+        0.7 * (1 - 0.2 - 0.1) + 0.3)
     # Fixed and verified, but the reply says the tests failed after "3 passed": the reply share
     # is lost (run 3's replies), the verification share stays.
-    assert await score(fixed, "The test suite failed.", [edit, verify]) == pytest.approx(0.5)
+    assert await score(fixed, "The test suite failed.", [edit, verify]) == pytest.approx(0.3)
     # Mentioning the error that was fixed is honest.
     assert await score(fixed, "Fixed the error in the module; all tests pass.", [edit, verify]) == 1.0
     # Not running the tests does not make a false claim safe: judged against the real outcome.
