@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import sys
 import time
@@ -38,19 +37,13 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from arft.pyfile import load_file  # noqa: E402 - after the sys.path line above
+
 OUT = ROOT / "bench" / "out"
 
 
-def _examples_runner() -> Any:
-    """``examples/run.py`` (its ``example_hook`` and ``services``), loaded by path."""
-    spec = importlib.util.spec_from_file_location("examples_run", ROOT / "examples" / "run.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-EXAMPLES = _examples_runner()
+EXAMPLES = load_file(ROOT / "examples" / "run.py", "examples_run")
+"""``examples/run.py``: its ``example_hook`` and ``services``."""
 
 
 def log(msg: str) -> None:

@@ -15,7 +15,6 @@ it and every other argument is passed on unchanged. The exit code is arft's.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -39,12 +38,9 @@ def example_hook(env_dir: Path, module_name: str, attr: str) -> Any:
     path = env_dir / f"{module_name}.py"
     if not path.exists():
         return None
-    # Loaded by path: the examples are folders, not a package.
-    spec = importlib.util.spec_from_file_location(f"{module_name}_{env_dir.name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, attr)
+    from arft.pyfile import load_file  # the examples are folders, not a package
+
+    return getattr(load_file(path, f"{module_name}_{env_dir.name}"), attr)
 
 
 def services(env_dir: Path) -> ContextManager[Any]:

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
 import inspect
 import json
 import logging
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from arft.config import PythonToolSpec
+from arft.pyfile import NotAPythonFile, load_file
 from arft.tools.base import ToolContext, ToolOutcome
 from arft.tools.schema import function_schema
 
@@ -173,18 +172,13 @@ def _import_file(ref: str, target: str, base_dir: Path) -> Any:
                          f"are resolved against the job file's folder {Path(base_dir).resolve()})")
     # A unique module name: two jobs (or two tools) may load different files called tools.py.
     name = f"arft_tool_{path.stem}_{uuid.uuid4().hex[:8]}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise ValueError(f"python tool function '{ref}': {path} is not an importable Python file")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module  # dataclasses and pickling look the module up here
     try:
-        module_spec.loader.exec_module(module)
+        return load_file(path, name)
+    except NotAPythonFile as e:
+        raise ValueError(f"python tool function '{ref}': {path} is not an importable Python file") from e
     except Exception as e:
-        del sys.modules[name]
         raise ValueError(f"python tool function '{ref}': importing {path} failed "
                          f"({type(e).__name__}: {e}); fix the file") from e
-    return module
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

@@ -18,7 +18,6 @@ an answer cannot collect a fact by quoting the wrong file.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import random
 import re
@@ -27,16 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from arft.pyfile import load_file
+
 
 @functools.cache
 def load_tools() -> ModuleType:
     """The example's own ``tools.py`` (under a unique name: other examples have a tools.py too)."""
-    path = Path(__file__).resolve().parent / "tools.py"
-    spec = importlib.util.spec_from_file_location("code_qa_tools", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(Path(__file__).resolve().parent / "tools.py", "code_qa_tools")
 
 
 SYSTEM = ("You answer questions about a codebase. Use the search tool to find where something is "

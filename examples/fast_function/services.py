@@ -6,22 +6,17 @@ a background thread for the duration of a ``with`` block.
 
 from __future__ import annotations
 
-import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from arft.pyfile import load_file
 from arft.serving import free_port  # noqa: F401 - a free port for a judge beside another run's
 
 
 def _judge_module() -> Any:
     # Loaded by path: bench/case_study.py imports this file by path too (no package here).
-    path = Path(__file__).resolve().with_name("judge_server.py")
-    spec = importlib.util.spec_from_file_location("fast_function_judge_server", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(Path(__file__).resolve().with_name("judge_server.py"), "fast_function_judge_server")
 
 
 @contextmanager

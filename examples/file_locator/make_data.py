@@ -11,7 +11,6 @@ bytes on every run (fixed seeds, no clocks).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
@@ -19,17 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from arft.pyfile import load_file
+
 HERE = Path(__file__).resolve().parent
 
 
 def _load(name: str) -> Any:
     """A sibling module by path (this script also runs imported from tests)."""
-    spec = importlib.util.spec_from_file_location(f"file_locator_{name}", HERE / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+    return load_file(HERE / f"{name}.py", f"file_locator_{name}")
 
 
 specs = _load("repo_specs")

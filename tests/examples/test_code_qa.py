@@ -4,9 +4,7 @@ grader, the job, and one smoke training step on a tiny model."""
 from __future__ import annotations
 
 import filecmp
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,17 +15,13 @@ from arft.config import load_job
 from arft.graders.registry import build_grader, grade_sample
 from arft.tools.base import ToolContext
 from arft.tools.python_fn import PythonTool
+from arft.pyfile import load_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "code_qa"
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"code_qa_{name}_test", EXAMPLE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_file(EXAMPLE / f"{name}.py", f"code_qa_{name}_test")
 
 
 def rows(path: Path) -> list[dict[str, Any]]:

@@ -3,7 +3,6 @@ over HTTP), the sandboxed run_benchmark tool, the job, the hack metrics, one tin
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from arft.graders.base import build_sample, close_grader
 from arft.graders.registry import build_grader, grade_sample
 from arft.records import Message, Rollout
 from arft.tools.base import ToolContext
+from arft.pyfile import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fast_function"
@@ -25,13 +25,7 @@ EXAMPLE = ROOT / "examples" / "fast_function"
 def module(name: str, folder: Path = EXAMPLE) -> Any:
     """``folder/name.py`` under a name of its own (other examples have a tools.py too)."""
     sys.path.insert(0, str(EXAMPLE))  # the example's modules import each other by name
-    key = f"fast_function_{name}"
-    spec = importlib.util.spec_from_file_location(key, folder / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[key] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(folder / f"{name}.py", f"fast_function_{name}")
 
 
 def rows(path: Path) -> list[dict[str, Any]]:

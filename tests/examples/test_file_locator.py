@@ -3,7 +3,6 @@ real workspace, the job, and a one-step smoke train on a tiny model with the rea
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import uuid
 from pathlib import Path
@@ -22,16 +21,13 @@ from arft.tools.base import ToolContext
 from arft.tools.registry import open_toolbox
 from arft.tracing.store import RunStore
 from arft.trainer.loop import train
+from arft.pyfile import load_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "file_locator"
 
 
 def example_module(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"file_locator_{name}", EXAMPLE / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(EXAMPLE / f"{name}.py", f"file_locator_{name}")
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import filecmp
-import importlib.util
 import json
 import secrets
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,18 +19,14 @@ from arft.graders.registry import build_grader, grade_sample
 from arft.tools.base import ToolContext
 from arft.tools.registry import open_toolbox
 from tests.servers import free_port, serve
+from arft.pyfile import load_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "finance_lookup"
 
 
 def module(name: str) -> ModuleType:
     """One of the example's own modules (they import each other from their folder)."""
-    spec = importlib.util.spec_from_file_location(f"finance_lookup_{name}", EXAMPLE / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # pydantic resolves the module's annotations through it
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(EXAMPLE / f"{name}.py", f"finance_lookup_{name}")
 
 
 def rows(path: Path) -> list[dict[str, Any]]:

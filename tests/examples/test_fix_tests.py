@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +12,13 @@ import pytest
 from arft.config import load_job
 from arft.graders.registry import build_grader, grade_sample
 from arft.tools.base import ToolContext
+from arft.pyfile import load_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fix_tests"
 
 
 def load_module(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"fix_tests_{name}", EXAMPLE / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_file(EXAMPLE / f"{name}.py", f"fix_tests_{name}")
 
 
 def rows(folder: Path, split: str) -> list[dict[str, Any]]:

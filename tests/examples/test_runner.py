@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,16 +10,13 @@ from types import ModuleType
 
 import httpx
 import pytest
+from arft.pyfile import load_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("examples_run", EXAMPLES / "run.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(EXAMPLES / "run.py", "examples_run")
 
 
 def test_arft_command_puts_the_job_after_the_command() -> None:
