@@ -215,6 +215,11 @@ class RolloutSpec(Spec):
     worked_example: bool = True
     """Show a worked example of a tool call and its result in the tool system block (small
     models call tools only when shown one)."""
+    constrained_tool_calls: bool | Literal["auto"] = "auto"
+    """Sample tool calls under a grammar of the row's tools: the name is one the row may call,
+    the arguments are JSON valid against its schema, then the call closes; text outside calls
+    stays free. ``auto`` (default): on when the engine supports it (transformers). A tool with
+    ``"strict": true`` is constrained even when this is false, as in the hosted API."""
     tool_output_max_chars: int = 4000
     workspace: str | None = None
     """A template directory copied fresh into each rollout's workspace (shell tools run there).

@@ -141,6 +141,12 @@ class Rollout(Frozen):
     loss_mask: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()
     prompt_len: int = 0
+    constrained_mask: tuple[int, ...] = ()
+    """Aligned with ``token_ids``: 1 where the token was sampled under a tool-call grammar mask
+    that excluded tokens (its ``logprobs`` entry is then the masked, renormalised logprob); empty
+    when no turn was constrained."""
+    constrained_calls: int = 0
+    """Tool calls written under a tool-call grammar (valid by construction)."""
     n_turns: int = 0
     parse_errors: int = 0
     finish_reason: FinishReason = "answer"

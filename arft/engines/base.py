@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
+from arft.engines.constraints import ToolGrammar
 from arft.records import Frozen, Message
 
 
@@ -31,6 +32,9 @@ class SamplingParams(Frozen):
     look-ahead tokens are dropped and the completion ends at the stop. Lets a model stopped at
     ``</tool_call>`` still put several calls in one turn (parallel calls)."""
     seed: int | None = None
+    grammar: ToolGrammar | None = None
+    """Constrain the tool calls of this completion (engines with ``supports_constraints``; see
+    ``arft.engines.constraints``). Text outside calls stays free."""
 
 
 class Generation(Frozen):
@@ -38,7 +42,9 @@ class Generation(Frozen):
 
     ``logprobs[i]`` is the log-probability of ``token_ids[i]`` under the distribution it was
     sampled from (logits / temperature, before top-p/top-k truncation), so a trainer that divides
-    its logits by the same temperature reproduces it.
+    its logits by the same temperature reproduces it. Where a grammar mask excluded tokens
+    (``constrained[i]``), that distribution is the masked one, renormalised over the allowed
+    tokens: the honest behaviour-policy logprob (see docs/constrained_tool_calls.md).
     """
 
     token_ids: tuple[int, ...]
@@ -47,11 +53,18 @@ class Generation(Frozen):
     finish_reason: Literal["eos", "stop", "length"]
     """``eos``: the model emitted an end-of-turn token (kept in ``token_ids``); ``stop``: a stop
     string matched; ``length``: ``max_new_tokens`` reached."""
+    constrained: tuple[bool, ...] = ()
+    """Per token: sampled under a grammar mask that excluded at least one token. Empty when the
+    request had no grammar."""
 
 
 @runtime_checkable
 class TokenEngine(Protocol):
-    """Token ids in, token ids + logprobs out. Concurrent calls may be batched together."""
+    """Token ids in, token ids + logprobs out. Concurrent calls may be batched together.
+
+    An engine that honours ``SamplingParams.grammar`` says so with a class attribute
+    ``supports_constraints = True`` (read with ``supports_constraints(engine)``); others ignore it.
+    """
 
     tokenizer: Any
     """A Hugging Face tokenizer (encode/decode, chat template)."""
@@ -59,6 +72,11 @@ class TokenEngine(Protocol):
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation: ...
 
     async def aclose(self) -> None: ...
+
+
+def supports_constraints(engine: object) -> bool:
+    """Whether ``engine`` masks sampling with ``SamplingParams.grammar``."""
+    return getattr(engine, "supports_constraints", False) is True
 
 
 class ChatReply(Frozen):

@@ -15,6 +15,12 @@ same prompt, params and seed give the same tokens whatever else shares the batch
 floating-point differences between batch shapes, which can flip a near tie). Requests without a
 seed share the engine's generator.
 
+Constrained tool calls: a request whose ``SamplingParams.grammar`` is set gets a grammar matcher
+(``arft.engines.grammar``); before each of its tokens is sampled, the logits of tokens the grammar
+does not allow are set to ``-inf``, so the sampled token and its recorded logprob come from the
+masked, renormalised distribution. Grammars are compiled once per toolset, on the caller's side,
+so a schema that cannot be compiled fails that request only, with a ``ConstraintError``.
+
 The model is used as is (no copy): a trainer may update its weights in place between calls.
 torch and transformers are imported lazily, inside the functions that need them.
 """
@@ -25,10 +31,12 @@ import asyncio
 import collections
 import inspect
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from arft.engines.base import EngineError, Generation, SamplingParams
+from arft.engines.grammar import ToolCallMasker
 from arft.engines.kv_batch import KVBatch, growing_layer
 from arft.engines.sampling import RowSampling, sample_rows
 
@@ -54,6 +62,10 @@ class EngineStats:
     decode_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
     """How many decode steps ran with each batch size."""
     prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
+    constrained_tokens: int = 0
+    """Tokens sampled under a grammar mask that excluded at least one token."""
+    sample_s: float = 0.0
+    """Seconds spent sampling (masks included; forward passes not)."""
 
 
 _LOOK_AHEAD_TOKENS = 8
@@ -66,6 +78,8 @@ class _Request:
     params: SamplingParams
     future: asyncio.Future[Generation]
     loop: asyncio.AbstractEventLoop
+    matcher: Any = None
+    """The grammar matcher of a constrained request (advanced through its prefill)."""
     delivered: bool = False
 
 
@@ -80,6 +94,7 @@ class _Row:
     """How many trailing tokens to decode when looking for stop strings."""
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    constrained: list[bool] = field(default_factory=list)
     finish: str | None = None
     scan_from: int = 0
     """Stop strings are looked for only in tokens from here on (after a cancelled stop)."""
@@ -93,13 +108,16 @@ class _Row:
 
 
 class TransformersEngine:
-    """A ``TokenEngine`` over a Hugging Face causal LM with continuous batching.
+    """A ``TokenEngine`` over a Hugging Face causal LM with continuous batching (and
+    constrained tool calls: ``supports_constraints``).
 
     ``device`` defaults to the device of the model's input embeddings; the model must already
     be there (it is never moved or copied). Generation uses the model in whatever mode it is
     in: keep it in eval mode (``load_model`` does) so dropout does not change the policy.
     ``stats`` counts prefills, decode steps and batch sizes.
     """
+
+    supports_constraints = True
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
                  device: str | None = None) -> None:
@@ -113,6 +131,8 @@ class TransformersEngine:
         self.vocab_size = int(embeddings.num_embeddings)
         self.eos_ids = _eos_ids(model, tokenizer)
         self.stats = EngineStats()
+        self.masker = ToolCallMasker(tokenizer, self.vocab_size, self.eos_ids)
+        """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
         self._cache_kwarg, self._forward_kwargs = _forward_kwargs(model)
         self._inbox: collections.deque[_Request] = collections.deque()
         self._lock = threading.Lock()
@@ -142,9 +162,12 @@ class TransformersEngine:
         prompt = self._check_prompt(prompt_ids)
         if params.max_new_tokens <= 0:
             return Generation(token_ids=(), logprobs=(), text="", finish_reason="length")
+        matcher = None
+        if params.grammar is not None:  # compile errors belong to this caller, not the batch
+            matcher = self.masker.matcher(self.masker.compile(params.grammar), params.grammar.prefill)
         loop = asyncio.get_running_loop()
         self._ensure_batcher(loop)
-        request = _Request(prompt, params, loop.create_future(), loop)
+        request = _Request(prompt, params, loop.create_future(), loop, matcher)
         with self._lock:
             self._inbox.append(request)
         assert self._wakeup is not None
@@ -331,13 +354,26 @@ class TransformersEngine:
         if self._rng is None:
             self._rng = torch.Generator(device=self.device)
             self._rng.seed()  # non-deterministic: requests that want determinism pass a seed
+        start = time.perf_counter()
+        matchers = [r.request.matcher for r in rows]
+        constrained = [False] * len(rows)
+        if any(m is not None for m in matchers):
+            logits = logits.float()  # masked in place: never touch the model's output buffer
+            constrained = self.masker.mask(logits, matchers)
         tokens, logprobs = sample_rows(logits, [r.sampling for r in rows],
                                        [r.generator for r in rows], self._rng)
-        for row, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist()):
+        token_list = tokens.tolist()
+        if any(m is not None for m in matchers):
+            self.masker.accept(matchers, token_list)
+        self.stats.sample_s += time.perf_counter() - start
+        for row, token, logprob, limited in zip(rows, token_list, logprobs.tolist(), constrained):
             row.tokens.append(token)
             row.logprobs.append(logprob)
+            if row.request.matcher is not None:
+                row.constrained.append(limited)
             row.finish = self._finish_reason(row)
         self.stats.generated_tokens += len(rows)
+        self.stats.constrained_tokens += sum(constrained)
 
     def _finish_reason(self, row: _Row) -> str | None:
         params = row.request.params
@@ -372,7 +408,7 @@ class TransformersEngine:
                     and len(row.tokens) < row.request.params.max_new_tokens:
                 return None
         # The look-ahead tokens were never part of the completion: drop them.
-        del row.tokens[row.stop_at:], row.logprobs[row.stop_at:]
+        del row.tokens[row.stop_at:], row.logprobs[row.stop_at:], row.constrained[row.stop_at:]
         return "stop"
 
     def _retire(self, batch: KVBatch) -> KVBatch | None:
@@ -394,7 +430,8 @@ class TransformersEngine:
     def _generation(self, row: _Row) -> Generation:
         text = self.tokenizer.decode(row.tokens, skip_special_tokens=False)
         return Generation(token_ids=tuple(row.tokens), logprobs=tuple(row.logprobs), text=text,
-                          finish_reason=row.finish)  # type: ignore[arg-type]
+                          finish_reason=row.finish,  # type: ignore[arg-type]
+                          constrained=tuple(row.constrained))
 
 
 def _torch_device(device: str) -> "torch.device":

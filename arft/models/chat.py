@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from arft.engines.constraints import ToolGrammar, grammar_tools
 from arft.models.toolcalls import (
     END_OF_TURN_MARKERS,
     TOOL_CALL_CLOSE,
@@ -212,7 +213,7 @@ class ChatFormat:
         self.stop_unless_followed_by: tuple[str, ...] = (TOOL_CALL_OPEN,)
         """...unless another call follows at once: parallel calls stay in one turn."""
         self._end_markers = tuple(m for m in (tokenizer.eos_token, *END_OF_TURN_MARKERS) if m)
-        self._call_open, self._args_infix, self._close = self._derive_call_syntax()
+        self._call_open, self._args_infix, self._call_end, self._close = self._derive_call_syntax()
         self._close_after_eos = self._derive_close_after_eos()
         # Rendering through the jinja template dominates the loop's own cost: the k samples of a
         # task share one prompt, and tool results of the same shape share one skeleton.
@@ -269,6 +270,19 @@ class ChatFormat:
         text = close + self._followup_text(tool_messages)
         prefill = self._prefill(parse_tool_choice(tool_choice_next))
         return Rendered(self.encode(text) + self.encode(prefill), prefill, text + prefill)
+
+    def tool_grammar(self, tools: Sequence[dict[str, Any]], constrain_all: bool) -> ToolGrammar | None:
+        """The constraint on this format's tool calls for a row offering ``tools``, or None.
+
+        ``constrain_all`` holds every tool to its schema; otherwise only ``"strict": true`` tools
+        are (None when there is none). Raises ``ConstraintError`` for a schema keyword the
+        constraint cannot enforce (see ``arft.engines.constraints``).
+        """
+        listed = grammar_tools([normalize_tool(t) for t in tools], constrain_all)
+        if not listed:
+            return None
+        return ToolGrammar(tools=listed, trigger=TOOL_CALL_OPEN, call_begin=self._call_open,
+                           args_infix=self._args_infix, call_end=self._call_end)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of rendered text (special-token markers in it become special tokens)."""
@@ -369,10 +383,10 @@ class ChatFormat:
 
     # ----------------------------------------------------------------- probes
 
-    def _derive_call_syntax(self) -> tuple[str, str, str]:
+    def _derive_call_syntax(self) -> tuple[str, str, str, str]:
         """From a probe call rendered in this format: how a call starts (up to the name), what
-        sits between the name and the arguments, and what closes the turn after the last
-        ``</tool_call>``."""
+        sits between the name and the arguments, what follows the arguments up to and including
+        ``</tool_call>``, and what closes the turn after the last ``</tool_call>``."""
         probe = Message(role="assistant", tool_calls=(_probe_call(),))
         text = self.render_text([*_PROBE_HEAD, probe], _PROBE_TOOLS)
         start = text.rfind(TOOL_CALL_OPEN)
@@ -383,7 +397,9 @@ class ChatFormat:
                 "this chat template renders tools but does not write calls as "
                 f'{TOOL_CALL_OPEN}{{"name": ..., "arguments": ...}}{TOOL_CALL_CLOSE} blocks, which '
                 "arft parses: build ChatFormat(tokenizer, family='hermes') to use arft's format")
-        return seg[:n], seg[n + len(PROBE_TOOL):a], seg[end + len(TOOL_CALL_CLOSE):]
+        args_end = json.JSONDecoder().raw_decode(seg, a)[1]
+        close = end + len(TOOL_CALL_CLOSE)
+        return seg[:n], seg[n + len(PROBE_TOOL):a], seg[args_end:close], seg[close:]
 
     def _derive_close_after_eos(self) -> str:
         """What is still missing from the turn's close when the sampled ids ended with eos.

@@ -4,7 +4,10 @@ Two kinds, one small interface (``assistant_turn`` / ``add_tool_results``):
 
 * ``TokenConversation`` keeps the exact token ids: the prompt is rendered once, every sampled id
   is appended with mask 1 and its logprob, and tool results are *appended* as rendered tokens
-  with mask 0 (token in, token out — nothing is ever decoded and re-tokenized).
+  with mask 0 (token in, token out — nothing is ever decoded and re-tokenized). With
+  ``constrain`` (or a ``"strict": true`` tool) every turn's tool calls are sampled under the
+  row's tool-call grammar, on engines that support it; the positions the mask limited are kept
+  in ``constrained_mask``.
 * ``ChatConversation`` talks to a chat-level engine (OpenAI-compatible servers): messages in,
   message out, no token ids (evaluation only).
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from arft.engines.base import ChatEngine, SamplingParams, TokenEngine
+from arft.engines.base import ChatEngine, SamplingParams, TokenEngine, supports_constraints
 from arft.records import Message
 
 
@@ -58,10 +61,17 @@ class TokenConversation:
     tool_choice: str | dict[str, Any] | None = "auto"
     seed: int | None = None
     """Base seed of this rollout's sampling (turn t samples with ``seed + t``); None = random."""
+    constrain: bool = False
+    """Hold every tool call to its tool's schema (``rollout.constrained_tool_calls``); without
+    it only ``"strict": true`` tools are held to theirs. Ignored by engines without support."""
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    constrained_mask: list[int] = field(default_factory=list)
+    constrained_calls: int = 0
+    """Tool calls parsed from turns sampled under the grammar."""
     prompt_len: int = 0
+    _grammar: Any = None
     _prefill: str = ""
     _choice: Any = None
     _later_choice: Any = None
@@ -71,15 +81,19 @@ class TokenConversation:
     def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
         """Render the prompt (and a forced prefill, for ``required`` / a named tool)."""
         self._choice, self._later_choice = _first_turn_choice(self.tool_choice)
+        if self.tool_choice != "none" and supports_constraints(self.engine):
+            self._grammar = self.fmt.tool_grammar(tools, self.constrain)
         rendered = self.fmt.render_prompt(messages, tools, self._choice)
         self._append(rendered.ids, sampled=False)
         self._prefill = rendered.prefill
         self.prompt_len = len(self.token_ids)
 
-    def _append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
+    def _append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = (),
+                constrained: Sequence[bool] = ()) -> None:
         self.token_ids.extend(ids)
         self.loss_mask.extend([1 if sampled else 0] * len(ids))
         self.logprobs.extend(logprobs if sampled else [0.0] * len(ids))
+        self.constrained_mask.extend([int(c) for c in constrained] or [0] * len(ids))
 
     async def assistant_turn(self) -> AssistantTurn:
         room = self.max_tokens - len(self.token_ids)
@@ -90,12 +104,15 @@ class TokenConversation:
             "max_new_tokens": min(self.params.max_new_tokens, room),
             "stop": tuple(dict.fromkeys((*self.params.stop, *self.fmt.stop))),
             "stop_unless_followed_by": self.fmt.stop_unless_followed_by,
+            "grammar": None if self._grammar is None else self._grammar.with_prefill(self._prefill),
         })
         gen = await self.engine.generate(self.token_ids, params)
         self._turns += 1
-        self._append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
+        self._append(gen.token_ids, sampled=True, logprobs=gen.logprobs, constrained=gen.constrained)
         self._ended_with_eos = gen.finish_reason == "eos"
         parsed = self.fmt.parse(self._prefill, gen.text, self._choice)
+        if self._grammar is not None:
+            self.constrained_calls += len(parsed.tool_calls)
         message = Message(role="assistant", content=parsed.content,
                           tool_calls=tuple(parsed.tool_calls) or None)
         finish = gen.finish_reason

@@ -162,10 +162,10 @@ async def run_rollout(conv: Conversation, task: Task, tools: Mapping[str, Tool],
     trace_id = trace_id or new_trace_id()
     schemas = task_tool_schemas(task, tools)
     allowed = {s["function"]["name"] for s in schemas if "function" in s}
-    conv.start(task.messages, schemas)  # type: ignore[attr-defined]
     ep = _Episode(trace_id=trace_id, messages=list(task.messages))
     t0 = time.perf_counter()
     try:
+        conv.start(task.messages, schemas)  # type: ignore[attr-defined]
         await asyncio.wait_for(_episode(ep, conv, tools, allowed, limits, task.item, workspace),
                                timeout=limits.timeout_s)
     except asyncio.TimeoutError:
@@ -183,7 +183,9 @@ def _freeze(ep: _Episode, conv: Conversation, task: Task, run_id: str, sample_in
     tokens: dict[str, Any] = {}
     if isinstance(conv, TokenConversation):
         tokens = dict(token_ids=tuple(conv.token_ids), loss_mask=tuple(conv.loss_mask),
-                      logprobs=tuple(conv.logprobs), prompt_len=conv.prompt_len)
+                      logprobs=tuple(conv.logprobs), prompt_len=conv.prompt_len,
+                      constrained_mask=tuple(conv.constrained_mask) if any(conv.constrained_mask) else (),
+                      constrained_calls=conv.constrained_calls)
     return Rollout(
         trace_id=ep.trace_id, task_id=task.id, sample_index=sample_index, run_id=run_id, step=step,
         messages=tuple(ep.messages), tool_calls=tuple(ep.records), n_turns=ep.n_turns,

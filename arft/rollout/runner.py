@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from arft.config import JobSpec
-from arft.engines.base import ChatEngine, SamplingParams, TokenEngine
+from arft.engines.base import ChatEngine, SamplingParams, TokenEngine, supports_constraints
 from arft.records import Rollout, Task, new_trace_id
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
 from arft.rollout.loop import RolloutLimits, run_rollout
@@ -39,6 +40,26 @@ def workspace_template(pattern: str | None, base_dir: Path, task: Task | None) -
     return path
 
 
+def constrained_tool_calls(option: bool | str, engine: object) -> bool:
+    """``rollout.constrained_tool_calls`` resolved for ``engine`` (``auto``: on where supported)."""
+    if option == "auto":
+        return supports_constraints(engine)
+    if option and not supports_constraints(engine):
+        raise ValueError(f"rollout.constrained_tool_calls is true but the {type(engine).__name__} "
+                         "cannot constrain sampling: use engine.type: transformers, or set "
+                         "rollout.constrained_tool_calls: auto (or false)")
+    return bool(option)
+
+
+def check_tool_grammar(engine: Any, chat_format: Any, schemas: Sequence[dict[str, Any]],
+                       constrain: bool) -> None:
+    """Compile the job's tool-call grammar now, so a schema the constraint cannot enforce stops the
+    run before any rollout (``ConstraintError`` naming the tool and the schema keyword)."""
+    grammar = chat_format.tool_grammar(schemas, constrain)
+    if grammar is not None:
+        engine.masker.compile(grammar)
+
+
 @dataclass
 class RolloutRunner:
     """Everything needed to turn (task, sample index) into a graded, stored Rollout."""
@@ -60,6 +81,8 @@ class RolloutRunner:
     """``rollout.workspace``: a template folder, or a pattern with ``{{ item.* }}`` placeholders."""
     base_dir: Path = Path(".")
     concurrency: int = 32
+    constrain: bool = False
+    """Constrained tool calls for every tool (``rollout.constrained_tool_calls`` resolved)."""
 
     @classmethod
     def from_job(cls, job: JobSpec, engine: TokenEngine | ChatEngine, toolbox: Toolbox, grader: Any,
@@ -71,6 +94,9 @@ class RolloutRunner:
 
             chat_format = ChatFormat(engine.tokenizer, worked_example=job.rollout.worked_example)
         s = job.sampling
+        constrain = constrained_tool_calls(job.rollout.constrained_tool_calls, engine)
+        if chat_format is not None and supports_constraints(engine):
+            check_tool_grammar(engine, chat_format, [t.schema for t in toolbox.tools.values()], constrain)
         pattern = job.rollout.workspace
         if pattern is not None and "{{" not in pattern:
             workspace_template(pattern, job.base_dir, None)  # a fixed folder: check it now
@@ -84,13 +110,14 @@ class RolloutRunner:
                                   max_new_tokens=s.max_new_tokens),
             max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice, run_id=run_id,
             workspace_root=(run_dir / "workspaces") if run_dir else None,
-            workspace=pattern, base_dir=job.base_dir, concurrency=job.rollout.concurrency)
+            workspace=pattern, base_dir=job.base_dir, concurrency=job.rollout.concurrency,
+            constrain=constrain)
 
     def conversation(self, task: Task, seed: int | None = None) -> Conversation:
         choice = task.tool_choice if task.tool_choice is not None else self.tool_choice
         if isinstance(self.engine, TokenEngine):
             return TokenConversation(self.engine, self.chat_format, self.params, self.max_tokens, choice,
-                                     seed=seed)
+                                     seed=seed, constrain=self.constrain)
         return ChatConversation(self.engine, self.params, self.max_tokens, choice)
 
     async def run_one(self, task: Task, sample_index: int, seed: int | None = None) -> Rollout:
@@ -135,6 +162,9 @@ class RolloutRunner:
         With ``seed``, rollout (i, k) samples from seed ``seed + 1000 * (samples * i + k)``: the
         same seed reproduces the same rollouts whatever else runs concurrently.
         """
+        if self.chat_format is not None and supports_constraints(self.engine):
+            for schemas in {json.dumps(t.tools, sort_keys=True): t.tools for t in tasks if t.tools}.values():
+                check_tool_grammar(self.engine, self.chat_format, schemas, self.constrain)
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(i: int, task: Task, k: int) -> Rollout:

@@ -1,0 +1,169 @@
+"""Schema-constrained tool calls: what a call must look like, as an engine-neutral record.
+
+A ``ToolGrammar`` says which calls a turn may make and how they are written in the model's chat
+format. An engine that supports constraints (``supports_constraints = True``) compiles it with a
+grammar engine (xgrammar, see ``arft.engines.grammar``) and masks sampling so that:
+
+* text outside calls is free;
+* once a call opens (``trigger``, e.g. ``<tool_call>``) the text must continue as
+  ``call_begin + name + args_infix + <arguments> + call_end`` where ``name`` is one of ``tools``
+  and the arguments are JSON valid against that tool's schema (``strict`` tools) or any JSON
+  object (the other tools, when only some are strict);
+* after ``call_end`` the text is free again, so several calls fit in one turn (parallel calls).
+
+``prefill`` is text that already ends the prompt (a forced ``tool_choice`` writes the start of
+the call): the grammar is advanced through it before the first sampled token.
+
+The grammar engine itself compiles many JSON-schema keywords but silently ignores a few (``not``,
+``if``/``then``/``else``, ``dependentRequired``...). ``check_schema`` therefore accepts only the
+keywords the constraint really enforces, plus annotations, and names the tool and the keyword of
+anything else: a constraint that quietly does less than the schema says is never used.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Mapping, Sequence
+
+from arft.records import Frozen
+
+ENFORCED_KEYWORDS = frozenset({
+    "type", "properties", "required", "additionalProperties", "enum", "const", "items",
+    "prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs",
+    "definitions", "pattern", "format", "minLength", "maxLength", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties",
+    "patternProperties", "propertyNames",
+})
+"""JSON-schema keywords the grammar enforces (checked against xgrammar 0.2 in the tests)."""
+
+ANNOTATION_KEYWORDS = frozenset({
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+    "readOnly", "writeOnly", "strict",
+})
+"""Keywords that describe but do not constrain: ignoring them changes nothing."""
+
+_SCHEMA_VALUED = ("additionalProperties", "items", "propertyNames", "not", "if", "then", "else",
+                  "contains", "unevaluatedProperties", "unevaluatedItems")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf", "items")
+
+
+class ConstraintError(ValueError):
+    """A tool schema the constrained decoder cannot enforce; names the tool and the keyword."""
+
+
+class GrammarTool(Frozen):
+    """One tool a constrained call may name."""
+
+    name: str
+    parameters: dict[str, Any]
+    """The JSON schema of the arguments object (``{"type": "object"}`` for any object)."""
+    strict: bool = True
+    """Whether the arguments are held to ``parameters``; False allows any JSON object."""
+
+
+class ToolGrammar(Frozen):
+    """The calls one assistant turn may make, in one chat format's call syntax."""
+
+    tools: tuple[GrammarTool, ...]
+    trigger: str
+    """Text that opens a call (``<tool_call>``); free text until it appears."""
+    call_begin: str
+    """A call's text before the tool name (``<tool_call>\\n{"name": "``); starts with ``trigger``."""
+    args_infix: str
+    """Between the name and the arguments object (``", "arguments": ``)."""
+    call_end: str
+    """After the arguments object (``}\\n</tool_call>``)."""
+    prefill: str = ""
+    """Text already at the end of the prompt that the grammar starts from (a forced call)."""
+
+    def key(self) -> str:
+        """Identifies the compiled grammar (everything but ``prefill``)."""
+        return json.dumps(self.model_dump(exclude={"prefill"}), sort_keys=True)
+
+    def with_prefill(self, prefill: str) -> "ToolGrammar":
+        return self if prefill == self.prefill else self.model_copy(update={"prefill": prefill})
+
+
+def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
+    """``(path, keyword)`` for every keyword of every (sub)schema of ``schema``."""
+    if not isinstance(schema, Mapping):
+        return  # booleans are valid schemas; anything else is caught by the grammar compiler
+    for key, value in schema.items():
+        yield path, key
+        where = f"{path}/{key}"
+        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            for name, sub in value.items():
+                yield from _walk(sub, f"{where}/{name}")
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            for i, sub in enumerate(value):
+                yield from _walk(sub, f"{where}/{i}")
+        elif key in _SCHEMA_VALUED:
+            yield from _walk(value, where)
+
+
+def check_schema(tool: str, schema: Any) -> None:
+    """Raise ``ConstraintError`` when ``schema`` uses a keyword the constraint cannot enforce."""
+    if not isinstance(schema, Mapping):
+        raise ConstraintError(f"tool '{tool}': its parameters schema must be a JSON object, got "
+                              f"{type(schema).__name__}: fix the tool's schema")
+    for path, keyword in _walk(schema, "#"):
+        if keyword not in ENFORCED_KEYWORDS and keyword not in ANNOTATION_KEYWORDS:
+            raise ConstraintError(
+                f"tool '{tool}': the schema keyword '{keyword}' (at {path}) cannot be enforced by "
+                "constrained decoding; rewrite the schema without it (enforced keywords: "
+                f"{', '.join(sorted(ENFORCED_KEYWORDS))}), or turn constraints off for this job "
+                "(rollout.constrained_tool_calls: false) and remove \"strict\": true from the tool")
+
+
+def function_of(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The function part of a tool schema in either shape (``{"type": "function", ...}`` or flat)."""
+    fn = schema.get("function")
+    return fn if isinstance(fn, Mapping) else schema
+
+
+def is_strict(schema: Mapping[str, Any]) -> bool:
+    """``"strict": true`` on the function (chat-completions shape) or on the flat schema."""
+    return function_of(schema).get("strict") is True or schema.get("strict") is True
+
+
+def grammar_tools(schemas: Sequence[Mapping[str, Any]], constrain_all: bool) -> tuple[GrammarTool, ...]:
+    """The tools of a constrained turn, or ``()`` when nothing is to be constrained.
+
+    ``constrain_all`` (the job's ``rollout.constrained_tool_calls``) holds every tool to its
+    schema. Without it only ``strict`` tools are held to theirs, as in the hosted API; the others
+    still get a valid name and a JSON object, since the call syntax is shared. Every enforced
+    schema is checked first (``ConstraintError`` on a keyword the grammar cannot enforce).
+    """
+    if not schemas or not (constrain_all or any(is_strict(s) for s in schemas)):
+        return ()
+    tools = []
+    for s in schemas:
+        fn = function_of(s)
+        name = str(fn.get("name", ""))
+        strict = constrain_all or is_strict(s)
+        params = fn.get("parameters")
+        params = {"type": "object", "properties": {}} if params is None else params
+        if strict:
+            check_schema(name, params)
+        tools.append(GrammarTool(name=name, parameters=dict(params) if strict else {"type": "object"},
+                                 strict=strict))
+    return tuple(tools)
+
+
+MAX_WHITESPACE = 1
+"""Most consecutive whitespace characters between JSON tokens inside arguments: the canonical
+``{"key": "value"}`` spacing fits, and a small model cannot loop on blank space inside a call."""
+
+
+def structural_tag(grammar: ToolGrammar) -> dict[str, Any]:
+    """The grammar as an xgrammar structural tag: free text with triggered, schema-checked calls."""
+    tags = [{
+        "type": "tag",
+        "begin": f"{grammar.call_begin}{json.dumps(t.name, ensure_ascii=False)[1:-1]}{grammar.args_infix}",
+        "content": {"type": "json_schema", "json_schema": t.parameters,
+                    "max_whitespace_cnt": MAX_WHITESPACE},
+        "end": grammar.call_end,
+    } for t in grammar.tools]
+    return {"type": "structural_tag",
+            "format": {"type": "triggered_tags", "triggers": [grammar.trigger], "tags": tags}}
