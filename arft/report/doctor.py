@@ -336,7 +336,34 @@ def _variance_advice(constants: set[float]) -> str:
             "tasks the model solves only sometimes, or give partial credit")
 
 
-def check_variance(rollouts: Sequence[Rollout], samples: int) -> Check:
+def call_syntax_failures(rollouts: Sequence[Rollout]) -> tuple[int, int, int]:
+    """``(parse errors, calls to unknown tools, attempted calls)`` over ``rollouts``."""
+    parse = sum(r.parse_errors for r in rollouts)
+    unknown = sum(1 for r in rollouts for c in r.model_calls
+                  if c.status == "tool_error" and (c.error or "").startswith("unknown tool"))
+    return parse, unknown, parse + sum(len(r.model_calls) for r in rollouts)
+
+
+def _syntax_advice(rollouts: Sequence[Rollout], has_tools: bool) -> str:
+    """Advice when most attempted calls failed on syntax, or the model made no call at all
+    although the job has tools; '' otherwise."""
+    parse, unknown, attempted = call_syntax_failures(rollouts)
+    constrained = sum(r.constrained_calls for r in rollouts)
+    if (attempted and (parse + unknown) / attempted <= 0.5) or (not attempted and not has_tools):
+        return ""
+    what = (f"{parse + unknown} of {attempted} attempted tool calls failed on syntax ({parse} parse "
+            f"errors, {unknown} unknown tools)" if attempted else "the model made no tool call")
+    fix = ("force the first call with rollout.tool_choice: required (or a tool name)"
+           if constrained or not attempted else
+           "turn on schema-constrained tool calls (rollout.constrained_tool_calls: true; the "
+           "transformers engine does it by default) and force the first call with "
+           "rollout.tool_choice: required")
+    return (f"{what}: the model does not know your tools' syntax. {fix.capitalize()}; or warm-start "
+            "it on demonstrations of correct calls before RL (supervised fine-tuning on logged "
+            "traffic or best-of-K successes)")
+
+
+def check_variance(rollouts: Sequence[Rollout], samples: int, has_tools: bool = False) -> Check:
     done = partial(_check, "explore.variance",
                    threshold=f">= {MIN_VARIANCE_SHARE:.0%} of tasks with reward variance")
     per_task = {t: rs for t, rs in task_rewards(rollouts).items() if len(rs) >= 2}
@@ -356,8 +383,9 @@ def check_variance(rollouts: Sequence[Rollout], samples: int) -> Check:
                for v, n in Counter(constant.values()).most_common()]
     if share >= MIN_VARIANCE_SHARE:
         return done(verdict="pass", measured=measured, details=details)
+    advice = _syntax_advice(rollouts, has_tools) or _variance_advice(set(constant.values()))
     return done(verdict="warn" if n_varied else "fail", measured=measured, details=details,
-                advice=_variance_advice(set(constant.values())))
+                advice=advice)
 
 
 def check_pass_at_k(rollouts: Sequence[Rollout], samples: int) -> Check:
@@ -447,7 +475,7 @@ async def _explore(job: JobSpec, tasks: list[Task], samples: int, run_dir: Path,
                        advice="fix the error, then run the doctor again"),
                 *skipped(EXPLORE[1:], "no baseline")], None
     rollouts = result.rollouts
-    return [check_variance(rollouts, samples), check_pass_at_k(rollouts, samples)], rollouts
+    return [check_variance(rollouts, samples, has_tools=bool(job.rl.tools)), check_pass_at_k(rollouts, samples)], rollouts
 
 
 async def run_doctor(job: JobSpec, data: DoctorData, *, samples: int = 4, n_tasks: int = 8,

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from arft.records import Rollout
 from arft.report import plots
-from arft.report.summary import EvalSummary, summarize
+from arft.report.summary import EvalSummary, percent as _pct, summarize
 from arft.tracing.store import RunStore, reward_of
 
 DEFAULT_VIEWER_URL = "http://127.0.0.1:8321"
@@ -403,13 +403,15 @@ def _evals_table(rep: Report) -> str:
                         '<p class="na">not recorded: the run made no evaluation</p>')
     subs = sorted({n for s in rep.evals.values() for n in s.reward.sub_score_means})
     headers = ["eval", "rollouts", "reward", "± std", "pass rate", "pass@1", "calls mean", "calls p95",
-               "calls max", "parse errors", "sampled tokens", "infra failed", *subs]
+               "calls max", "parse errors", "parse error rate", "constrained calls", "sampled tokens",
+               "infra failed", *subs]
     rows = []
     for step, s in rep.evals.items():
         t = s.tool_calls
         rows.append([escape(rep.eval_labels.get(step, str(step))), str(s.n_rollouts), _f(s.reward.mean),
                      _f(s.reward.std), _f(s.pass_rate), _f(s.pass_at_k.get(1)), _f(t.mean, ".2f"),
                      _f(t.p95, ".1f"), str(t.max if t.max is not None else "n/a"), str(s.parse_errors_total),
+                     _pct(s.parse_error_rate), _pct(s.constrained_call_share),
                      _f(s.tokens.mean_sampled_tokens, ".0f"), str(s.n_infra_failed),
                      *[_f(s.reward.sub_score_means.get(n)) for n in subs]])
     return _section("evaluations", "Evaluations",

@@ -119,6 +119,10 @@ class EvalSummary(BaseModel):
     tools: dict[str, ToolStats]
     parse_errors_total: int
     parse_errors_per_rollout: float | None
+    parse_error_rate: float | None = None
+    """Parse errors over attempted calls (well-formed calls + parse errors); None without attempts."""
+    constrained_call_share: float | None = None
+    """Share of the model's tool calls written under a tool-call grammar; None without calls."""
     tokens: TokenStats
     timings: TimingStats
 
@@ -128,6 +132,10 @@ class EvalSummary(BaseModel):
 
 def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
 
 
 def percentile(xs: Sequence[float], q: float) -> float | None:
@@ -286,6 +294,10 @@ def summarize(rollouts: Sequence[Rollout], *, histogram_cap: int = 10) -> EvalSu
         tools=_per_tool_stats(rollouts),
         parse_errors_total=sum(x.parse_errors for x in behaviour),
         parse_errors_per_rollout=_mean([x.parse_errors for x in behaviour]),
+        parse_error_rate=_ratio(sum(x.parse_errors for x in behaviour),
+                                sum(len(x.model_calls) + x.parse_errors for x in behaviour)),
+        constrained_call_share=_ratio(sum(x.constrained_calls for x in behaviour),
+                                      sum(len(x.model_calls) for x in behaviour)),
         tokens=_token_stats(behaviour),
         timings=_timing_stats(behaviour),
     )
@@ -298,6 +310,11 @@ def _fmt(x: float | None, spec: str = ".3f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
+def percent(x: float | None) -> str:
+    """A share as a whole percentage, ``n/a`` when it is undefined."""
+    return "n/a" if x is None else f"{x:.0%}"
+
+
 def summary_line(summary: EvalSummary) -> str:
     """One line for logs: reward, pass@1, calls per rollout, parse errors, infra failures."""
     r = summary.reward
@@ -306,6 +323,7 @@ def summary_line(summary: EvalSummary) -> str:
             f"pass@1 {_fmt(summary.pass_at_k.get(1))} | "
             f"calls/rollout {_fmt(summary.tool_calls.mean, '.2f')} | "
             f"parse errors {summary.parse_errors_total} | "
+            f"constrained calls {percent(summary.constrained_call_share)} | "
             f"infra failed {summary.n_infra_failed}/{summary.n_rollouts}")
 
 
@@ -359,7 +377,10 @@ def _behaviour_table(s: EvalSummary) -> Table:
                        f"p95 {_fmt(t.p95, '.1f')}  max {t.max if t.max is not None else 'n/a'}"),
         ("parallel turns", f"{share} of {t.n_tool_turns} tool-calling turns"),
         ("parse errors", f"{s.parse_errors_total} total, "
-                         f"{_fmt(s.parse_errors_per_rollout, '.2f')} per rollout"),
+                         f"{_fmt(s.parse_errors_per_rollout, '.2f')} per rollout, "
+                         f"{percent(s.parse_error_rate)} of attempted calls"),
+        ("constrained calls", f"{percent(s.constrained_call_share)} of tool calls written under the "
+                              "tool-call grammar"),
         ("tokens", f"mean {_fmt(k.mean_tokens, '.0f')} total, "
                    f"{_fmt(k.mean_sampled_tokens, '.0f')} sampled "
                    f"({k.n_with_tokens} rollouts with tokens)"),
@@ -415,6 +436,8 @@ def flat_metrics(summary: EvalSummary, prefix: str) -> dict[str, float]:
         "tool_calls_p95": summary.tool_calls.p95, "tool_calls_max": summary.tool_calls.max,
         "parallel_turn_share": summary.tool_calls.parallel_turn_share,
         "parse_errors": summary.parse_errors_total,
+        "parse_error_rate": summary.parse_error_rate,
+        "constrained_call_share": summary.constrained_call_share,
         "tokens_mean": summary.tokens.mean_tokens, "sampled_tokens_mean": summary.tokens.mean_sampled_tokens,
         "tokens_per_tool_call": summary.tokens.sampled_tokens_per_tool_call,
         "time_generate_s": summary.timings.generate_s, "time_tools_s": summary.timings.tools_s,

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from arft.config import load_job
-from arft.records import Message, Rollout, Score, new_trace_id
+from arft.records import Message, Rollout, Score, ToolCallRecord, new_trace_id
 from arft.report.doctor import (DoctorReport, check_pass_at_k, check_variance, load_data,
                                 render_doctor, run_doctor)
 
@@ -230,3 +230,24 @@ def test_render_shows_one_row_per_check_with_advice(tmp_path: Path) -> None:
     assert "task.fields" in text and "pass" in text and "threshold: every row" in text
     assert "2/6 [red]answers" in text  # user data is never read as markup
     assert "-> use eq" in text and "1 pass, 0 warn, 1 fail, 0 skip" in text
+
+
+def test_variance_advice_names_constrained_calls_when_calls_fail_on_syntax() -> None:
+    """No variance and most attempted calls unparseable or to unknown tools: the advice names
+    rollout.constrained_tool_calls and a warm start; once calls are constrained it does not."""
+    def bad(task_id: str, constrained: int = 0) -> Rollout:
+        unknown = ToolCallRecord(trace_id="t", call_id="c", name="lookup", arguments="{}",
+                                 output="Error", status="tool_error", error="unknown tool 'lookup'")
+        return rollout(task_id, 0.0).model_copy(update={
+            "parse_errors": 2, "tool_calls": (unknown,), "constrained_calls": constrained})
+
+    c = check_variance([bad(t) for t in "abcd" for _ in range(4)], 4, has_tools=True)
+    assert c.verdict == "fail"
+    assert "48 of 48 attempted tool calls failed on syntax (32 parse errors, 16 unknown tools)" in c.advice
+    assert "rollout.constrained_tool_calls: true" in c.advice and "warm-start" in c.advice
+    silent = check_variance([rollout(t, 0.0) for t in "abcd" for _ in range(4)], 4, has_tools=True)
+    assert "made no tool call" in silent.advice and "tool_choice: required" in silent.advice
+    done = check_variance([bad(t, constrained=1) for t in "abcd" for _ in range(4)], 4, has_tools=True)
+    assert "constrained_tool_calls: true" not in done.advice and "tool_choice: required" in done.advice
+    # Without tools, or with mostly well-formed calls, the plain variance advice stays.
+    assert "rarely succeeds" in check_variance([rollout(t, 0.0) for t in "abcd" for _ in range(4)], 4).advice
