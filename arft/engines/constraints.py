@@ -116,6 +116,38 @@ def check_schema(tool: str, schema: Any) -> None:
                 "(rollout.constrained_tool_calls: false) and remove \"strict\": true from the tool")
 
 
+def search_pattern(pattern: str) -> str:
+    """A JSON-schema ``pattern`` (a search: it may match anywhere) as the full-match regex the
+    grammar engine expects: unanchored ends are padded with ``.*``."""
+    body = pattern
+    head = "" if body.startswith("^") else ".*"
+    body = body[1:] if body.startswith("^") else body
+    anchored_end = body.endswith("$") and not body.endswith("\\$")
+    tail = "" if anchored_end else ".*"
+    body = body[:-1] if anchored_end else body
+    return f"{head}(?:{body}){tail}"
+
+
+def with_search_patterns(schema: Any) -> Any:
+    """``schema`` with every ``pattern`` and ``patternProperties`` key rewritten by
+    ``search_pattern``, so the grammar accepts exactly the strings JSON Schema accepts."""
+    if isinstance(schema, list):
+        return [with_search_patterns(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "pattern" and isinstance(value, str):
+            out[key] = search_pattern(value)
+        elif key == "patternProperties" and isinstance(value, Mapping):
+            out[key] = {search_pattern(k): with_search_patterns(v) for k, v in value.items()}
+        elif key in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
+            out[key] = {k: with_search_patterns(v) for k, v in value.items()}
+        else:
+            out[key] = with_search_patterns(value)
+    return out
+
+
 def function_of(schema: Mapping[str, Any]) -> Mapping[str, Any]:
     """The function part of a tool schema in either shape (``{"type": "function", ...}`` or flat)."""
     fn = schema.get("function")
@@ -161,7 +193,7 @@ def structural_tag(grammar: ToolGrammar) -> dict[str, Any]:
     tags = [{
         "type": "tag",
         "begin": f"{grammar.call_begin}{json.dumps(t.name, ensure_ascii=False)[1:-1]}{grammar.args_infix}",
-        "content": {"type": "json_schema", "json_schema": t.parameters,
+        "content": {"type": "json_schema", "json_schema": with_search_patterns(t.parameters),
                     "max_whitespace_cnt": MAX_WHITESPACE},
         "end": grammar.call_end,
     } for t in grammar.tools]

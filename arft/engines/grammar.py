@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from arft.engines.constraints import ConstraintError, ToolGrammar, structural_tag
+from arft.engines.constraints import ConstraintError, ToolGrammar, structural_tag, with_search_patterns
 
 if TYPE_CHECKING:
     import torch
@@ -83,7 +83,7 @@ class ToolCallMasker:
         """A ``ConstraintError`` that names the tool whose schema does not compile."""
         for tool in grammar.tools:
             try:
-                compiler.compile_json_schema(tool.parameters)
+                compiler.compile_json_schema(with_search_patterns(tool.parameters))
             except Exception as e:  # noqa: BLE001
                 reason = str(e).strip().splitlines()[-1]
                 return ConstraintError(
