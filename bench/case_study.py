@@ -1,9 +1,12 @@
 """Case-study benchmark: train one example environment and report baseline vs trained, side by side.
 
-    python bench/case_study.py ENV [--train-file FILE] [--train-limit N] [--steps N] [--tag TAG]
+    python bench/case_study.py ENV [--job FILE] [--train-file FILE] [--train-limit N] [--steps N]
+                               [--tag TAG]
 
-ENV is a folder under ``examples/`` with a ``job.yaml``. The run is the example's own job (the
-embedded SmolLM2-135M on the CPU unless the job says otherwise), with optional overrides: another
+ENV is a folder under ``examples/`` with a ``job.yaml``; ``--job`` picks another job file of the
+example (``--job job_plain.yaml --tag plain``: give it a tag too, or its output replaces the
+job.yaml run's). The run is the example's own job (the embedded SmolLM2-135M on the CPU unless
+the job says otherwise), with optional overrides: another
 training file (``train_10.jsonl`` for the sample-efficiency run), only the first N training rows
 (the data-scaling runs), or another number of steps. Every eval the job makes (step 0 = the
 untrained baseline, then every ``eval_interval`` steps and the last) is reported with:
@@ -74,7 +77,7 @@ def load_job_with_overrides(env: str, args: argparse.Namespace, run_dir: Path) -
     """The example's job, with the training file / limit / steps this run asks for."""
     from arft.config import load_job
 
-    job = load_job(ROOT / "examples" / env / "job.yaml")
+    job = load_job(ROOT / "examples" / env / args.job)
     update: dict[str, Any] = {}
     if args.train_file:
         update["training_file"] = str((ROOT / "examples" / env / args.train_file).resolve())
@@ -100,8 +103,8 @@ def run(env: str, args: argparse.Namespace) -> dict[str, Any]:
     from arft.trainer.loop import Hooks, train
 
     env_dir = ROOT / "examples" / env
-    if not (env_dir / "job.yaml").exists():
-        sys.exit(f"no examples/{env}/job.yaml: ENV is a folder under examples/")
+    if not (env_dir / args.job).exists():
+        sys.exit(f"no examples/{env}/{args.job}: ENV is a folder under examples/ (with that job file)")
     name = f"case_{env}" + (f"-{args.tag}" if args.tag else "")
     out_dir = OUT / name
     run_dir = out_dir / "run"
@@ -189,6 +192,7 @@ def verdict(res: dict[str, Any]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("env", help="folder under examples/")
+    p.add_argument("--job", default="job.yaml", help="the example's job file (default job.yaml)")
     p.add_argument("--train-file", help="training file, relative to the example (default: the job's)")
     p.add_argument("--train-limit", type=int, help="train on the first N rows only")
     p.add_argument("--steps", type=int, help="override training.max_steps")

@@ -3,12 +3,14 @@
     python examples/run.py NAME                         # arft train examples/NAME/job.yaml
     python examples/run.py NAME train --out runs/x      # any arft arguments after the command
     python examples/run.py NAME eval --limit 8 --samples 4
+    python examples/run.py NAME eval --job job_plain.yaml   # another job file of the example
 
 An example whose tools (or judge) are services has ``examples/NAME/services.py`` with a context
 manager ``serve()`` that starts them on 127.0.0.1 for the duration of a ``with`` block
 (finance_lookup's HTTP tool server, fast_function's hack judge); the others run arft directly.
-The first argument after NAME is the arft command (default ``train``); the job file is added after
-it and every other argument is passed on unchanged. The exit code is arft's.
+The first argument after NAME is the arft command (default ``train``); the job file
+(``examples/NAME/job.yaml``, or ``--job FILE`` relative to the example) is added after it and every
+other argument is passed on unchanged. The exit code is arft's.
 ``bench/case_study.py`` uses the same hooks.
 """
 
@@ -50,11 +52,17 @@ def services(env_dir: Path) -> ContextManager[Any]:
 
 
 def arft_command(env_dir: Path, argv: list[str]) -> list[str]:
-    """``arft <command> <job.yaml> <the rest>``, with the arft next to this interpreter if any."""
+    """``arft <command> <job file> <the rest>``, with the arft next to this interpreter if any."""
+    job = "job.yaml"
+    if "--job" in argv:
+        at = argv.index("--job")
+        if at + 1 == len(argv):
+            raise SystemExit("--job needs a file name (relative to the example), e.g. --job job_plain.yaml")
+        job, argv = argv[at + 1], argv[:at] + argv[at + 2:]
     command, rest = (argv[0], argv[1:]) if argv and not argv[0].startswith("-") else ("train", argv)
     local = Path(sys.executable).with_name("arft")
     arft = str(local) if local.exists() else shutil.which("arft") or "arft"
-    return [arft, command, str(env_dir / "job.yaml"), *rest]
+    return [arft, command, str(env_dir / job), *rest]
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,15 @@
-"""Write the calculator example's deterministic train/validation sets (run: python make_data.py)."""
+"""Write the calculator example's deterministic train/validation sets.
+
+    python make_data.py            # train.jsonl, validation.jsonl (worked examples in every row)
+    python make_data.py --plain    # train_plain.jsonl, validation_plain.jsonl (the same tasks, plain)
+
+A plain row is what real traffic looks like: the system prompt and the user's request, with no
+worked-example turns before it (``job_plain.yaml`` trains on them).
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from pathlib import Path
@@ -32,24 +40,27 @@ def worked_examples() -> list[dict]:
     return turns
 
 
-def make_task(rng: random.Random, i: int, split: str) -> dict:
+def make_task(rng: random.Random, i: int, split: str, plain: bool = False) -> dict:
+    """One task; ``plain`` leaves out the worked examples (same id, question and item)."""
     op = rng.choice(["*", "+", "-"])
     a, b = (rng.randint(12, 99), rng.randint(12, 99)) if op == "*" else (rng.randint(100, 999), rng.randint(100, 999))
     answer = {"*": a * b, "+": a + b, "-": a - b}[op]
     question = rng.choice(TEMPLATES).format(a=a, op=op, b=b)
     return {"id": f"{split}-{i:03d}",
-            "messages": [{"role": "system", "content": SYSTEM}, *worked_examples(),
+            "messages": [{"role": "system", "content": SYSTEM}, *([] if plain else worked_examples()),
                          {"role": "user", "content": question}],
             "answer": str(answer), "expression": f"{a} {op} {b}"}
 
 
-def main() -> None:
-    here = Path(__file__).parent
+def main(out: Path = Path(__file__).resolve().parent, plain: bool = False) -> None:
     for split, n, seed in (("train", 64, 1), ("validation", 16, 2)):
         rng = random.Random(seed)
-        rows = [make_task(rng, i, split) for i in range(n)]
-        (here / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        rows = [make_task(rng, i, split, plain) for i in range(n)]
+        name = f"{split}_plain" if plain else split
+        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plain", action="store_true", help="write the plain rows (no worked examples)")
+    main(plain=parser.parse_args().plain)

@@ -11,17 +11,21 @@ given as the first argument):
   worked examples as real turns, the question) and ``facts`` (1-3 short strings that appear
   verbatim in the codebase; the grader checks the answer contains them).
 
+``python make_data.py --plain`` writes ``train_plain.jsonl`` and ``validation_plain.jsonl`` instead
+(for ``job_plain.yaml``): the same tasks as real traffic would have them, the system prompt and
+the question only, with no worked-example turns.
+
 Every fact value is unique in the codebase and no fact is a substring of another number there, so
 an answer cannot collect a fact by quoting the wrong file.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import random
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -206,8 +210,15 @@ def check_unique(files: dict[str, str], all_facts: list[str]) -> None:
             raise AssertionError(f"fact {fact!r} occurs in {where}, not in exactly one file")
 
 
-def build(out: Path) -> None:
-    """Generate everything under ``out``."""
+def task_row(split: str, i: int, svc: str, q: Question, examples: list[dict]) -> dict:
+    """One task row: the system prompt, the ``examples`` turns (none for a plain row), the question."""
+    return {"id": f"{split}-{i:03d}",
+            "messages": [{"role": "system", "content": SYSTEM}, *examples, {"role": "user", "content": q.text}],
+            "facts": q.facts, "service": svc, "kind": q.kind}
+
+
+def build(out: Path, plain: bool = False) -> None:
+    """Generate everything under ``out`` (``plain``: the plain rows instead of the full ones)."""
     rng = random.Random(5)
     nums = pick_numbers(rng)
     teams = dict(zip(SERVICES + EXAMPLE_SERVICES, rng.sample(TEAMS, len(TEAMS))))
@@ -230,18 +241,23 @@ def build(out: Path) -> None:
         pairs = [(svc, q) for svc in sorted(services) for q in rows[svc]
                  if not any(fact in json.dumps(examples[q.kind]) for fact in q.facts)]
         rng.shuffle(pairs)  # mix question kinds so the first N rows (eval_tasks) cover them all
-        lines = [json.dumps({"id": f"{split}-{i:03d}",
-                             "messages": [{"role": "system", "content": SYSTEM}, *examples[q.kind],
-                                          {"role": "user", "content": q.text}],
-                             "facts": q.facts, "service": svc, "kind": q.kind}) + "\n"
+        lines = [json.dumps(task_row(split, i, svc, q, [] if plain else examples[q.kind])) + "\n"
                  for i, (svc, q) in enumerate(pairs)]
+        if plain:
+            (out / f"{split}_plain.jsonl").write_text("".join(lines))
+            continue
         (out / f"{split}.jsonl").write_text("".join(lines))
         if split == "train":
             (out / "train_10.jsonl").write_text("".join(lines[:10]))
 
 
 def main() -> None:
-    build(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="?", type=Path, default=Path(__file__).resolve().parent,
+                        help="output folder (default: this one)")
+    parser.add_argument("--plain", action="store_true", help="write the plain rows (no worked examples)")
+    args = parser.parse_args()
+    build(args.out, args.plain)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Write the finance_lookup example's reports and its deterministic train/validation sets.
 
-    python make_data.py        # regenerates reports/, train.jsonl, validation.jsonl, train_10.jsonl
+    python make_data.py          # regenerates reports/, train.jsonl, validation.jsonl, train_10.jsonl
+    python make_data.py --plain  # train_plain.jsonl, validation_plain.jsonl: the same tasks, plain
 
 48 short annual reports (12 fictional companies x 2020-2023: revenue with the prior year's,
 net income, operating margin, headcount) and questions that name the company and the year, so
@@ -9,10 +10,13 @@ in five needs a small computation (revenue growth %, revenue change, net margin)
 carries two worked examples as real conversation turns, their tool outputs produced by the very
 server the job calls (a 135M model calls tools only when shown how): one takes the direct path
 (one search naming the figure), the other the slow one (search for the report, then read it).
+A plain row (``--plain``, for ``job_plain.yaml``) is what real traffic looks like: the system
+prompt and the question only, no worked-example turns.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import sys
@@ -132,6 +136,7 @@ def worked_examples(figures: dict[tuple[str, int], dict[str, float]], library: L
 
 def make_task(split: str, i: int, key: tuple[str, int, str], figures: dict[tuple[str, int], dict[str, float]],
               examples: list[dict[str, Any]]) -> dict[str, Any]:
+    """One task row: the system prompt, the ``examples`` turns (none for a plain row), the question."""
     company, year, kind = key
     question, unit = question_of(company, year, kind)
     value = answer_of(kind, figures[company, year])
@@ -156,7 +161,8 @@ def split_tasks(rng: random.Random) -> tuple[list[tuple[str, int, str]], list[tu
     return train, val
 
 
-def main(out: Path = HERE) -> None:
+def main(out: Path = HERE, plain: bool = False) -> None:
+    """Write the reports and the rows (``plain``: the same tasks without the worked examples)."""
     rng = random.Random(20261202)
     figures = make_figures(rng)
     reports = out / "reports"
@@ -165,14 +171,19 @@ def main(out: Path = HERE) -> None:
         old.unlink()
     for (company, year), f in figures.items():
         (reports / report_name(company, year)).write_text(report_text(company, year, f))
-    examples = worked_examples(figures, Library(reports))
+    examples = [] if plain else worked_examples(figures, Library(reports))
     train, val = split_tasks(rng)
     rows = {split: [make_task(split, i, key, figures, examples) for i, key in enumerate(keys)]
             for split, keys in (("train", train), ("validation", val))}
-    for name, split_rows in (("train", rows["train"]), ("validation", rows["validation"]),
-                             ("train_10", rows["train"][:10])):
+    files = ((("train_plain", rows["train"]), ("validation_plain", rows["validation"])) if plain else
+             (("train", rows["train"]), ("validation", rows["validation"]), ("train_10", rows["train"][:10])))
+    for name, split_rows in files:
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in split_rows))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="?", type=Path, default=HERE, help="output folder (default: this one)")
+    parser.add_argument("--plain", action="store_true", help="write the plain rows (no worked examples)")
+    args = parser.parse_args()
+    main(args.out, args.plain)

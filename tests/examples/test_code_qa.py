@@ -16,6 +16,7 @@ from arft.graders.registry import build_grader, grade_sample
 from arft.tools.base import ToolContext
 from arft.tools.python_fn import PythonTool
 from arft.pyfile import load_file
+from tests.examples.plain_variant import check_plain_variant
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "code_qa"
 
@@ -53,6 +54,12 @@ def test_generator_is_deterministic_sized_and_committed(tmp_path: Path) -> None:
     assert all(1 <= len(r["facts"]) <= 3 for r in train + val)
     files = list((tmp_path / "a").rglob("*"))
     assert 40 <= len(files) <= 300 and sum(f.stat().st_size for f in files if f.is_file()) < 3_000_000
+
+
+def test_plain_rows_are_the_same_tasks_without_worked_examples(tmp_path: Path) -> None:
+    load("make_data").build(tmp_path, plain=True)
+    assert not (tmp_path / "train.jsonl").exists()  # --plain leaves the full rows alone
+    check_plain_variant(EXAMPLE, tmp_path)
 
 
 def test_every_question_is_explorable_and_its_facts_are_verbatim() -> None:

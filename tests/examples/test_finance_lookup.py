@@ -18,6 +18,7 @@ from arft.config import JobSpec, LoraSpec, load_job
 from arft.graders.registry import build_grader, grade_sample
 from arft.tools.base import ToolContext
 from arft.tools.registry import open_toolbox
+from tests.examples.plain_variant import check_plain_variant
 from tests.servers import free_port, serve
 from arft.pyfile import load_file
 
@@ -64,6 +65,12 @@ def test_generator_is_deterministic_and_the_committed_data_is_current(tmp_path: 
     for r in train[:5]:  # each row: system, two worked examples as real turns, the question
         roles = [m["role"] for m in r["messages"]]
         assert roles.count("tool") == 3 and roles[-1] == "user" and str(r["year"]) in r["messages"][-1]["content"]
+
+
+def test_plain_rows_are_the_same_tasks_without_worked_examples(tmp_path: Path) -> None:
+    module("make_data").main(tmp_path, plain=True)
+    assert not (tmp_path / "train.jsonl").exists()  # --plain leaves the full rows alone
+    check_plain_variant(EXAMPLE, tmp_path)
 
 
 def test_grader_reference_one_empty_zero_partial_credit_between() -> None:

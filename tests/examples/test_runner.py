@@ -27,6 +27,16 @@ def test_arft_command_puts_the_job_after_the_command() -> None:
     assert run.arft_command(EXAMPLES / "finance_lookup", ["--out", "x"])[1:] == ["train", job, "--out", "x"]
 
 
+def test_job_picks_another_job_file_of_the_example() -> None:
+    run = runner()
+    plain = str(EXAMPLES / "finance_lookup" / "job_plain.yaml")
+    assert run.arft_command(EXAMPLES / "finance_lookup", ["eval", "--job", "job_plain.yaml", "--limit", "2"])[1:] == [
+        "eval", plain, "--limit", "2"]
+    assert run.arft_command(EXAMPLES / "finance_lookup", ["--job", "job_plain.yaml"])[1:] == ["train", plain]
+    with pytest.raises(SystemExit, match="--job needs a file name"):
+        run.arft_command(EXAMPLES / "finance_lookup", ["eval", "--job"])
+
+
 def test_an_unknown_example_lists_the_ones_there_are() -> None:
     with pytest.raises(SystemExit, match="the examples are: .*finance_lookup"):
         runner().example_dir("nope")

@@ -1,0 +1,44 @@
+"""The check every example's plain-rows variant passes (``make_data.py --plain`` + ``job_plain.yaml``).
+
+A plain row is what real traffic looks like: the system prompt and the user's request, with the
+full row's id, item keys and per-row tools, and none of its worked-example turns.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from arft.config import load_job
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def check_plain_variant(example: Path, generated: Path) -> None:
+    """``generated`` holds what ``make_data.py --plain`` writes now: the committed plain files are
+    current, each plain row is its full row without the worked examples, and ``job_plain.yaml``
+    is ``job.yaml`` on the plain files with ``tool_choice: required``."""
+    for split in ("train", "validation"):
+        plain_file = example / f"{split}_plain.jsonl"
+        assert (generated / plain_file.name).read_bytes() == plain_file.read_bytes(), (
+            f"stale {plain_file.name}: run python make_data.py --plain in {example}")
+        full, plain = rows(example / f"{split}.jsonl"), rows(plain_file)
+        assert [r["id"] for r in plain] == [r["id"] for r in full]
+        for f, p in zip(full, plain):
+            assert {k: v for k, v in p.items() if k != "messages"} == {k: v for k, v in f.items() if k != "messages"}
+            assert not [m for m in p["messages"] if m["role"] in ("assistant", "tool")], p["id"]
+            assert p["messages"][-1] == f["messages"][-1] and p["messages"][-1]["role"] == "user"
+            assert p["messages"] == [m for m in f["messages"] if m["role"] == "system"] + [f["messages"][-1]]
+        assert any(m["role"] == "assistant" for m in full[0]["messages"])  # the full rows do show examples
+
+    job, plain_job = load_job(example / "job.yaml"), load_job(example / "job_plain.yaml")
+    assert plain_job.path(plain_job.training_file) == example / "train_plain.jsonl"
+    assert plain_job.path(plain_job.validation_file) == example / "validation_plain.jsonl"
+    assert plain_job.suffix == f"{job.suffix}_plain" and plain_job.rollout.tool_choice == "required"
+    same = plain_job.model_copy(update={
+        "training_file": job.training_file, "validation_file": job.validation_file, "suffix": job.suffix,
+        "rollout": plain_job.rollout.model_copy(update={"tool_choice": job.rollout.tool_choice})})
+    assert same.model_dump() == job.model_dump()  # every other setting is job.yaml's
