@@ -8,7 +8,9 @@ grammar engine (xgrammar, see ``arft.engines.grammar``) and masks sampling so th
 * once a call opens (``trigger``, e.g. ``<tool_call>``) the text must continue as
   ``call_begin + name + args_infix + <arguments> + call_end`` where ``name`` is one of ``tools``
   and the arguments are JSON valid against that tool's schema (``strict`` tools) or any JSON
-  object (the other tools, when only some are strict);
+  object (the other tools, when only some are strict), written in the canonical spacing of the
+  chat formats (``{"key": "value", "n": 1}``), so that text the grammar alone determines (a key
+  path, the close of the call) is one string the engine can write without sampling;
 * after ``call_end`` the text is free again, so several calls fit in one turn (parallel calls).
 
 ``prefill`` is text that already ends the prompt (a forced ``tool_choice`` writes the start of
@@ -41,6 +43,9 @@ ANNOTATION_KEYWORDS = frozenset({
     "readOnly", "writeOnly", "strict",
 })
 """Keywords that describe but do not constrain: ignoring them changes nothing."""
+
+ANY_OBJECT = {"type": "object", "additionalProperties": True}
+"""The arguments of a tool that is not held to its schema: any JSON object."""
 
 _SCHEMA_VALUED = ("additionalProperties", "items", "propertyNames", "not", "if", "then", "else",
                   "contains", "unevaluatedProperties", "unevaluatedItems")
@@ -178,24 +183,5 @@ def grammar_tools(schemas: Sequence[Mapping[str, Any]], constrain_all: bool) -> 
         params = {"type": "object", "properties": {}} if params is None else params
         if strict:
             check_schema(name, params)
-        tools.append(GrammarTool(name=name, parameters=dict(params) if strict else {"type": "object"},
-                                 strict=strict))
+        tools.append(GrammarTool(name=name, strict=strict, parameters=dict(params) if strict else ANY_OBJECT))
     return tuple(tools)
-
-
-MAX_WHITESPACE = 1
-"""Most consecutive whitespace characters between JSON tokens inside arguments: the canonical
-``{"key": "value"}`` spacing fits, and a small model cannot loop on blank space inside a call."""
-
-
-def structural_tag(grammar: ToolGrammar) -> dict[str, Any]:
-    """The grammar as an xgrammar structural tag: free text with triggered, schema-checked calls."""
-    tags = [{
-        "type": "tag",
-        "begin": f"{grammar.call_begin}{json.dumps(t.name, ensure_ascii=False)[1:-1]}{grammar.args_infix}",
-        "content": {"type": "json_schema", "json_schema": with_search_patterns(t.parameters),
-                    "max_whitespace_cnt": MAX_WHITESPACE},
-        "end": grammar.call_end,
-    } for t in grammar.tools]
-    return {"type": "structural_tag",
-            "format": {"type": "triggered_tags", "triggers": [grammar.trigger], "tags": tags}}

@@ -9,18 +9,30 @@
   batched, multi-threaded fill) and sets the logits of disallowed tokens to ``-inf`` in place.
   It returns, per row, whether the mask excluded anything (free text outside a call excludes
   nothing: those positions are not "constrained").
+* ``forced_tokens(matchers, limited)``: where the grammar allows exactly one continuation text
+  (the key path of a call, its close), the first token of that text. The engine writes it instead
+  of sampling (jump-forward decoding, as SGLang does), with logprob 0: the behaviour policy put all
+  its mass there. Without it a small model merges the opening quote of a value with text of its
+  own (``"}}``) and never closes the string.
+* ``in_call(matcher)``: whether the matcher is inside a call (the end of the turn is not allowed):
+  a stop string written inside an argument is content, not the end of the call.
 * ``accept(matchers, tokens)`` advances the matchers by the sampled tokens.
+
+The arguments are written in the chat formats' canonical JSON spacing (``", "`` and ``": "``, no
+other whitespace): each tool's schema is converted to a grammar with xgrammar's JSON-schema
+converter and placed inside the call's tag.
 
 xgrammar and torch are imported lazily (heavy imports stay out of ``arft --help``).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from arft.engines.constraints import ConstraintError, ToolGrammar, structural_tag, with_search_patterns
+from arft.engines.constraints import ConstraintError, GrammarTool, ToolGrammar, with_search_patterns
 
 if TYPE_CHECKING:
     import torch
@@ -69,29 +81,16 @@ class ToolCallMasker:
             if compiled is not None:
                 return compiled
             compiler = self._get_compiler()
+            tag = structural_tag(grammar)
             try:
-                compiled = compiler.compile_structural_tag(structural_tag(grammar))
-            except Exception as e:  # noqa: BLE001 - find the tool to blame, then say so
-                raise self._compile_error(compiler, grammar, e) from e
+                compiled = compiler.compile_structural_tag(tag)
+            except Exception as e:  # noqa: BLE001 - the tools' grammars converted: the syntax is bad
+                raise ConstraintError(f"the tool-call grammar did not compile ({e}); check the tool "
+                                      "names and the chat format's call syntax") from e
             if len(self._compiled) >= _CACHE_SIZE:
                 self._compiled.pop(next(iter(self._compiled)))
             self._compiled[key] = compiled
             return compiled
-
-    @staticmethod
-    def _compile_error(compiler: Any, grammar: ToolGrammar, error: Exception) -> ConstraintError:
-        """A ``ConstraintError`` that names the tool whose schema does not compile."""
-        for tool in grammar.tools:
-            try:
-                compiler.compile_json_schema(with_search_patterns(tool.parameters))
-            except Exception as e:  # noqa: BLE001
-                reason = str(e).strip().splitlines()[-1]
-                return ConstraintError(
-                    f"tool '{tool.name}': its parameters schema cannot be compiled for constrained "
-                    f"decoding ({reason}); fix that part of the schema, or set "
-                    "rollout.constrained_tool_calls: false and remove \"strict\": true from the tool")
-        return ConstraintError(f"the tool-call grammar did not compile ({error}); check the tool "
-                               "names and the chat format's call syntax")
 
     def matcher(self, compiled: Any, prefill: str = "") -> Any:
         """A fresh matcher of ``compiled``, advanced through ``prefill``."""
@@ -127,6 +126,29 @@ class ToolCallMasker:
         changed = set(apply)
         return [i in changed for i in range(len(matchers))]
 
+    def forced_tokens(self, matchers: Sequence[Any], limited: Sequence[bool]) -> dict[int, int]:
+        """Row -> the token to write without sampling, where the grammar allows one text only."""
+        forced: dict[int, int] = {}
+        start = time.perf_counter()
+        for i, (m, lim) in enumerate(zip(matchers, limited)):
+            if m is None or not lim:
+                continue  # free text (nothing excluded) is never forced
+            text = m.find_jump_forward_string()
+            if text:
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                if ids:
+                    forced[i] = int(ids[0])
+        self.mask_s += time.perf_counter() - start
+        return forced
+
+    def in_call(self, matcher: Any) -> bool:
+        """Whether ``matcher`` is inside a call: no end-of-turn token is allowed next."""
+        xgr = _xgrammar()
+        bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        words = bitmask[0]
+        return not any(int(words[t // 32]) >> (t % 32) & 1 for t in self.stop_ids)
+
     def accept(self, matchers: Sequence[Any], tokens: Sequence[int]) -> None:
         """Advance each row's matcher by its sampled token."""
         start = time.perf_counter()
@@ -138,3 +160,29 @@ class ToolCallMasker:
                     f"token {token} ({self.tokenizer.decode([int(token)])!r}) was sampled outside the "
                     "tool-call grammar's mask: this is a bug in arft's masking, please report it")
         self.mask_s += time.perf_counter() - start
+
+
+def structural_tag(grammar: ToolGrammar) -> dict[str, Any]:
+    """The grammar as an xgrammar structural tag: free text with triggered, schema-checked calls."""
+    tags = [{"type": "tag",
+             "begin": f"{grammar.call_begin}{json.dumps(t.name, ensure_ascii=False)[1:-1]}{grammar.args_infix}",
+             "content": {"type": "grammar", "grammar": arguments_ebnf(t)},
+             "end": grammar.call_end} for t in grammar.tools]
+    return {"type": "structural_tag",
+            "format": {"type": "triggered_tags", "triggers": [grammar.trigger], "tags": tags}}
+
+
+def arguments_ebnf(tool: GrammarTool) -> str:
+    """The EBNF of ``tool``'s arguments object in canonical spacing; ``ConstraintError`` naming the
+    tool when its schema cannot be converted."""
+    try:
+        converted = _xgrammar().Grammar.from_json_schema(
+            with_search_patterns(tool.parameters), any_whitespace=False, separators=(", ", ": "),
+            strict_mode=True)
+    except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError alike
+        reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise ConstraintError(
+            f"tool '{tool.name}': its parameters schema cannot be compiled for constrained decoding "
+            f"({reason}); fix that part of the schema, or set rollout.constrained_tool_calls: "
+            "false and remove \"strict\": true from the tool") from e
+    return str(converted)

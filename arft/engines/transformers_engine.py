@@ -18,8 +18,10 @@ seed share the engine's generator.
 Constrained tool calls: a request whose ``SamplingParams.grammar`` is set gets a grammar matcher
 (``arft.engines.grammar``); before each of its tokens is sampled, the logits of tokens the grammar
 does not allow are set to ``-inf``, so the sampled token and its recorded logprob come from the
-masked, renormalised distribution. Grammars are compiled once per toolset, on the caller's side,
-so a schema that cannot be compiled fails that request only, with a ``ConstraintError``.
+masked, renormalised distribution. Where the grammar allows one text only (a call's key path, its
+close), its next token is written without sampling, with logprob 0 (the whole mass). A stop string
+inside a call's arguments is content, not a stop. Grammars are compiled once per toolset, on the
+caller's side, so a schema that cannot be compiled fails that request only (``ConstraintError``).
 
 The model is used as is (no copy): a trainer may update its weights in place between calls.
 torch and transformers are imported lazily, inside the functions that need them.
@@ -357,16 +359,20 @@ class TransformersEngine:
         start = time.perf_counter()
         matchers = [r.request.matcher for r in rows]
         constrained = [False] * len(rows)
+        forced: dict[int, int] = {}
         if any(m is not None for m in matchers):
             logits = logits.float()  # masked in place: never touch the model's output buffer
             constrained = self.masker.mask(logits, matchers)
+            forced = self.masker.forced_tokens(matchers, constrained)
         tokens, logprobs = sample_rows(logits, [r.sampling for r in rows],
                                        [r.generator for r in rows], self._rng)
-        token_list = tokens.tolist()
+        token_list, logprob_list = tokens.tolist(), logprobs.tolist()
+        for i, token in forced.items():  # one allowed text: written, not sampled (probability 1)
+            token_list[i], logprob_list[i] = token, 0.0
         if any(m is not None for m in matchers):
             self.masker.accept(matchers, token_list)
         self.stats.sample_s += time.perf_counter() - start
-        for row, token, logprob, limited in zip(rows, token_list, logprobs.tolist(), constrained):
+        for row, token, logprob, limited in zip(rows, token_list, logprob_list, constrained):
             row.tokens.append(token)
             row.logprobs.append(logprob)
             if row.request.matcher is not None:
@@ -386,6 +392,9 @@ class TransformersEngine:
             start = max(row.scan_from, len(row.tokens) - row.stop_window)
             tail = self.tokenizer.decode(row.tokens[start:], skip_special_tokens=False)
             if any(s and s in tail for s in params.stop):
+                matcher = row.request.matcher
+                if matcher is not None and self.masker.in_call(matcher):
+                    return None  # the stop string is part of an argument's value
                 if params.stop_unless_followed_by and len(row.tokens) < params.max_new_tokens:
                     row.stop_at = len(row.tokens)
                     return None

@@ -127,13 +127,15 @@ def _loads_lenient(body: str) -> Any:
     """The JSON value in ``body``; raises ``ValueError`` with the reason when there is none.
 
     Accepted sloppiness: surrounding whitespace, one stray character after the value (``}}}``
-    is a common small-model slip) and a missing final ``}`` (the arguments are complete; only
-    the outer object is left open). Anything else is an error: arguments are never guessed.
+    is a common small-model slip), a missing final ``}`` (the arguments are complete; only
+    the outer object is left open) and raw control characters inside strings (unambiguous; the
+    grammar engine's bounded strings let them through, and the canonical arguments escape them).
+    Anything else is an error: arguments are never guessed.
     """
     s = body.strip()
     if not s:
         raise ValueError("empty block (write a JSON object with \"name\" and \"arguments\")")
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(strict=False)
     try:
         value, end = decoder.raw_decode(s)
     except json.JSONDecodeError as first:

@@ -1,5 +1,6 @@
 """The transformers engine under a tool-call grammar: every sampled token is allowed by the mask,
-its recorded logprob is the renormalised masked one, and the calls it writes are valid."""
+its recorded logprob is the renormalised masked one (0 where the grammar allowed one text only and
+the engine wrote it), and the calls it writes are valid."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_sampled_tokens_are_allowed_and_logprobs_are_renormalised(model: Any, to
     params = SamplingParams(temperature=0.8, max_new_tokens=60, stop=fmt.stop, grammar=grammar)
     gens = generate(engine, rendered.ids, params, 4)
     compiled = engine.masker.compile(grammar)
-    n_checked = n_limited = 0
+    n_checked = n_limited = n_forced = 0
     for gen in gens:
         assert len(gen.constrained) == len(gen.token_ids) == len(gen.logprobs)
         matcher = engine.masker.matcher(compiled, rendered.prefill)
@@ -62,15 +63,20 @@ def test_sampled_tokens_are_allowed_and_logprobs_are_renormalised(model: Any, to
             masked = logits.clone()
             assert engine.masker.mask(masked, [matcher]) == [limited]
             assert math.isfinite(float(masked[0, token])), "sampled a token the mask forbids"
-            expected = torch.log_softmax(masked / 0.8, dim=-1)[0, token].item()
-            assert logprob == pytest.approx(expected, abs=2e-3)
-            if limited:  # the masked logprob is the renormalised one, above the unmasked one
+            forced = engine.masker.forced_tokens([matcher], [limited])
+            if forced:  # one allowed text: its first token written with probability 1
+                assert (token, logprob) == (forced[0], 0.0)
+                n_forced += 1
+            else:
+                expected = torch.log_softmax(masked / 0.8, dim=-1)[0, token].item()
+                assert logprob == pytest.approx(expected, abs=2e-3)
+            if limited and not forced:  # renormalised: at least the unmasked logprob
                 assert logprob >= torch.log_softmax(logits / 0.8, dim=-1)[0, token].item() - 1e-4
                 n_limited += 1
             engine.masker.accept([matcher], [token])
             ids.append(token)
             n_checked += 1
-    assert n_checked > 40 and n_limited > 20
+    assert n_checked > 40 and n_limited > 10 and n_forced > 10
     assert engine.stats.constrained_tokens == sum(sum(g.constrained) for g in gens)
 
 

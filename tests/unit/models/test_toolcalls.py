@@ -177,3 +177,10 @@ def test_format_round_trips_through_the_parser() -> None:
 def test_format_tool_responses_layout() -> None:
     assert format_tool_responses(["a", "b"]) == (
         "<tool_response>\na\n</tool_response>\n<tool_response>\nb\n</tool_response>")
+
+
+def test_raw_control_characters_in_a_string_are_read_and_escaped() -> None:
+    turn = parse_tool_calls('<tool_call>\n{"name": "f", "arguments": {"s": "a\x0cb"}}\n</tool_call>')
+    assert not turn.errors
+    assert turn.tool_calls[0].function.arguments == '{"s": "a\\fb"}'
+    assert json.loads(turn.tool_calls[0].function.arguments) == {"s": "a\x0cb"}
