@@ -270,8 +270,9 @@ class TrainingSpec(Spec):
     kl_coef: float = 0.0
     """k3 KL to the reference (the base model: with LoRA, the adapter disabled)."""
     tis_cap: float = 2.0
-    bf16_autocast: bool = True
-    """bf16 autocast for the update on the CPU (measured faster here)."""
+    bf16_autocast: bool | Literal["auto"] = "auto"
+    """bf16 autocast for the update: ``auto`` uses it where bf16 is fast (GPUs, and CPUs with
+    native bf16, measured at start); on CPUs without it bf16 is emulated about 100x slower."""
     checkpoint_every: int = 5
     """Steps between checkpoints (also one at the end)."""
     max_steps: int | None = None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -117,7 +118,9 @@ async def baselines(envs: list[str], n_tasks: int, samples: int, engine: Any) ->
                 label = "on" if constrained else "off"
                 log(f"{env}: baseline, constraints {label}: {len(tasks)} tasks x {samples} samples")
                 t0 = time.perf_counter()
-                result = await evaluate(job, tasks, samples, OUT / f"{env}-{label}", engine=engine)
+                run_dir = OUT / f"{env}-{label}"
+                shutil.rmtree(run_dir, ignore_errors=True)  # a fresh store: one eval per folder
+                result = await evaluate(job, tasks, samples, run_dir, engine=engine)
                 m = call_metrics(result.rollouts, await tool_schemas(job))
                 m["wall_s"] = time.perf_counter() - t0
                 out[env][label] = m
@@ -157,16 +160,18 @@ async def mask_overhead(engine: Any, batch: int = 32, new_tokens: int = 64) -> d
     return res
 
 
-def train_all(envs: list[str], steps: int | None) -> dict[str, Any]:
-    out = {}
-    for env in envs:
-        args = argparse.Namespace(train_file=None, train_limit=None, steps=steps, tag="plain",
-                                  resume=False, job="job_plain.yaml")
-        res = CASE_STUDY.run(env, args)
-        print(CASE_STUDY.table(res))
-        print(CASE_STUDY.verdict(res))
-        out[env] = {"verdict": CASE_STUDY.verdict(res), "result": str(OUT.parent / f"case_{env}-plain")}
-    return out
+def train_one(env: str, steps: int | None) -> dict[str, Any]:
+    """``bench/case_study.py ENV --job job_plain.yaml --tag plain``: baseline and trained evals."""
+    args = argparse.Namespace(train_file=None, train_limit=None, steps=steps, tag="plain",
+                              resume=False, job="job_plain.yaml")
+    res = CASE_STUDY.run(env, args)
+    print(CASE_STUDY.table(res))
+    print(CASE_STUDY.verdict(res))
+    evals = {int(k): v for k, v in res["evals"].items()}
+    return {"verdict": CASE_STUDY.verdict(res), "table": CASE_STUDY.table(res),
+            "reward_by_eval": {k: v["reward"] for k, v in sorted(evals.items())},
+            "train_reward_by_step": res["train_reward_by_step"], "wall_s": res["wall_s"],
+            "result": str(OUT.parent / f"case_{env}-plain" / "result.json")}
 
 
 def pct(x: float | None) -> str:
@@ -219,9 +224,13 @@ def main() -> None:
           f"(goal <= 10%); throughput with/without grammar {overhead['throughput_ratio_on_off']:.2f}x "
           f"({overhead['on_tok_s']:.0f} vs {overhead['off_tok_s']:.0f} tok/s)")
     if not args.no_train:
-        result["training"] = train_all(args.examples, args.steps)
-        (OUT / "result.json").write_text(json.dumps(result, indent=2))
-        for env, t in result["training"].items():
+        result["training"] = {}
+        for env in args.examples:
+            result["training"][env] = train_one(env, args.steps)
+            (OUT / "result.json").write_text(json.dumps(result, indent=2))  # kept after each run
+        print()
+        print(baseline_table(base))
+        for t in result["training"].values():
             print(t["verdict"])
     print(f"command: {result['command']}")
 

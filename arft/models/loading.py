@@ -10,6 +10,7 @@ torch and transformers are imported inside the functions: importing this module 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -111,11 +112,41 @@ def pick_device(device: str = "auto") -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def pick_dtype(dtype: str = "auto") -> Any:
+@functools.lru_cache(maxsize=1)
+def cpu_bf16_is_fast() -> bool:
+    """Whether bf16 matmuls on this CPU are at least as fast as fp32 (measured once, well under a second).
+
+    CPUs with AVX-512 bf16 or AMX run bf16 about 2x faster than fp32; CPUs without (AVX2 only,
+    e.g. many AMD EPYC and laptop chips) emulate it about 100x slower, which would turn a
+    minutes-long run into hours. The CPU capability string does not tell these apart reliably,
+    so time a small matmul in both.
+    """
+    import time
+
+    import torch
+
+    def seconds(dtype: Any) -> float:
+        a = torch.ones(256, 256, dtype=dtype)
+        a @ a  # warm-up
+        start = time.perf_counter()
+        for _ in range(4):
+            a @ a
+        return time.perf_counter() - start
+
+    return seconds(torch.bfloat16) <= seconds(torch.float32)
+
+
+def bf16_is_fast(device: str) -> bool:
+    """bf16 is the faster choice on ``device`` (GPUs: yes; CPUs: measured)."""
+    return device != "cpu" or cpu_bf16_is_fast()
+
+
+def pick_dtype(dtype: str = "auto", device: str = "cpu") -> Any:
+    """``auto``: bf16 on GPUs and on CPUs with native bf16 (measured), else fp32."""
     import torch
 
     if dtype == "auto":
-        return torch.bfloat16  # measured faster than fp32 on this CPU (AVX-512 bf16) and on GPUs
+        return torch.bfloat16 if bf16_is_fast(device) else torch.float32
     return getattr(torch, dtype)
 
 
@@ -126,7 +157,7 @@ def load_model(model: str, dtype: str = "auto", device: str = "auto",
 
     ref = _hub_checked(model, cache_dir)
     try:
-        m = AutoModelForCausalLM.from_pretrained(ref, dtype=pick_dtype(dtype))
+        m = AutoModelForCausalLM.from_pretrained(ref, dtype=pick_dtype(dtype, pick_device(device)))
     except OSError as e:
         raise ModelNotFound(
             f"could not load '{model}': {e}. Download it first (e.g. `huggingface-cli download "

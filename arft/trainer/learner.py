@@ -103,8 +103,11 @@ class Learner:
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
 
+        from arft.models.loading import bf16_is_fast
+
         device = next(self.policy.parameters()).device.type
-        if self.spec.bf16_autocast:
+        wanted = self.spec.bf16_autocast
+        if wanted is True or (wanted == "auto" and bf16_is_fast(device)):
             return torch.autocast(device, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
