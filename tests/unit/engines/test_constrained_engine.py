@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -43,13 +44,30 @@ def generate(engine: TransformersEngine, ids: list[int], params: SamplingParams,
     return asyncio.run(run())
 
 
-def test_sampled_tokens_are_allowed_and_logprobs_are_renormalised(model: Any, tokenizer: Any) -> None:
-    engine = TransformersEngine(model, tokenizer, max_batch_size=4)
+@dataclass
+class Setup:
+    engine: TransformersEngine
+    fmt: ChatFormat
+    rendered: Any
+    grammar: Any
+    params: SamplingParams
+
+
+def setup(model: Any, tokenizer: Any, request: str, choice: str, temperature: float,
+          max_new_tokens: int, batch: int = 4) -> Setup:
+    """An engine and a constrained request: the prompt, its grammar and sampling params."""
+    engine = TransformersEngine(model, tokenizer, max_batch_size=batch)
     fmt = ChatFormat(tokenizer, worked_example=False)
-    rendered = fmt.render_prompt([Message(role="user", content="Find SKU A-7 on shelf 2.")], TOOLS,
-                                 "required")
+    rendered = fmt.render_prompt([Message(role="user", content=request)], TOOLS, choice)
     grammar = fmt.tool_grammar(TOOLS, constrain_all=True).with_prefill(rendered.prefill)
-    params = SamplingParams(temperature=0.8, max_new_tokens=60, stop=fmt.stop, grammar=grammar)
+    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop=fmt.stop,
+                            grammar=grammar)
+    return Setup(engine, fmt, rendered, grammar, params)
+
+
+def test_sampled_tokens_are_allowed_and_logprobs_are_renormalised(model: Any, tokenizer: Any) -> None:
+    s = setup(model, tokenizer, "Find SKU A-7 on shelf 2.", "required", 0.8, 60)
+    engine, rendered, grammar, params = s.engine, s.rendered, s.grammar, s.params
     gens = generate(engine, rendered.ids, params, 4)
     compiled = engine.masker.compile(grammar)
     n_checked = n_limited = n_forced = 0
@@ -81,11 +99,8 @@ def test_sampled_tokens_are_allowed_and_logprobs_are_renormalised(model: Any, to
 
 
 def test_every_closed_call_is_valid_against_its_schema(model: Any, tokenizer: Any) -> None:
-    engine = TransformersEngine(model, tokenizer, max_batch_size=8)
-    fmt = ChatFormat(tokenizer, worked_example=False)
-    rendered = fmt.render_prompt([Message(role="user", content="Where is A-7?")], TOOLS, "required")
-    grammar = fmt.tool_grammar(TOOLS, constrain_all=True).with_prefill(rendered.prefill)
-    params = SamplingParams(temperature=1.0, max_new_tokens=120, stop=fmt.stop, grammar=grammar)
+    s = setup(model, tokenizer, "Where is A-7?", "required", 1.0, 120, batch=8)
+    engine, fmt, rendered, params = s.engine, s.fmt, s.rendered, s.params
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     closed = 0
     for gen in generate(engine, rendered.ids, params, 8):
@@ -105,11 +120,8 @@ def test_every_closed_call_is_valid_against_its_schema(model: Any, tokenizer: An
 
 
 def test_a_named_tool_choice_starts_the_grammar_inside_that_call(model: Any, tokenizer: Any) -> None:
-    engine = TransformersEngine(model, tokenizer, max_batch_size=4)
-    fmt = ChatFormat(tokenizer, worked_example=False)
-    rendered = fmt.render_prompt([Message(role="user", content="Bins?")], TOOLS, "list_bins")
-    grammar = fmt.tool_grammar(TOOLS, constrain_all=True).with_prefill(rendered.prefill)
-    params = SamplingParams(temperature=1.0, max_new_tokens=80, stop=fmt.stop, grammar=grammar)
+    s = setup(model, tokenizer, "Bins?", "list_bins", 1.0, 80)
+    engine, fmt, rendered, params = s.engine, s.fmt, s.rendered, s.params
     for gen in generate(engine, rendered.ids, params, 4):
         if gen.finish_reason != "length":
             calls = fmt.parse(rendered.prefill, gen.text, "list_bins").tool_calls
@@ -119,10 +131,8 @@ def test_a_named_tool_choice_starts_the_grammar_inside_that_call(model: Any, tok
 
 
 def test_requests_without_a_grammar_share_the_batch_unconstrained(model: Any, tokenizer: Any) -> None:
-    engine = TransformersEngine(model, tokenizer, max_batch_size=4)
-    fmt = ChatFormat(tokenizer, worked_example=False)
-    rendered = fmt.render_prompt([Message(role="user", content="Hi")], TOOLS, "required")
-    grammar = fmt.tool_grammar(TOOLS, constrain_all=True).with_prefill(rendered.prefill)
+    s = setup(model, tokenizer, "Hi", "required", 0.0, 10)
+    engine, rendered, grammar = s.engine, s.rendered, s.grammar
     plain = SamplingParams(temperature=0.0, max_new_tokens=10)
 
     async def run() -> tuple[Any, Any, Any]:
