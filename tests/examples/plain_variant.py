@@ -40,5 +40,7 @@ def check_plain_variant(example: Path, generated: Path) -> None:
     assert plain_job.suffix == f"{job.suffix}_plain" and plain_job.rollout.tool_choice == "required"
     same = plain_job.model_copy(update={
         "training_file": job.training_file, "validation_file": job.validation_file, "suffix": job.suffix,
-        "rollout": plain_job.rollout.model_copy(update={"tool_choice": job.rollout.tool_choice})})
+        # worked_example may differ: a plain job may show the tool block's own (neutral) example.
+        "rollout": plain_job.rollout.model_copy(update={"tool_choice": job.rollout.tool_choice,
+                                                        "worked_example": job.rollout.worked_example})})
     assert same.model_dump() == job.model_dump()  # every other setting is job.yaml's
