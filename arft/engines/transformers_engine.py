@@ -33,7 +33,6 @@ import asyncio
 import collections
 import inspect
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -66,8 +65,6 @@ class EngineStats:
     prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
     constrained_tokens: int = 0
     """Tokens sampled under a grammar mask that excluded at least one token."""
-    sample_s: float = 0.0
-    """Seconds spent sampling (masks included; forward passes not)."""
 
 
 _LOOK_AHEAD_TOKENS = 8
@@ -356,11 +353,11 @@ class TransformersEngine:
         if self._rng is None:
             self._rng = torch.Generator(device=self.device)
             self._rng.seed()  # non-deterministic: requests that want determinism pass a seed
-        start = time.perf_counter()
         matchers = [r.request.matcher for r in rows]
+        any_grammar = any(m is not None for m in matchers)
         constrained = [False] * len(rows)
         forced: dict[int, int] = {}
-        if any(m is not None for m in matchers):
+        if any_grammar:
             logits = logits.float()  # masked in place: never touch the model's output buffer
             constrained = self.masker.mask(logits, matchers)
             forced = self.masker.forced_tokens(matchers, constrained)
@@ -369,9 +366,8 @@ class TransformersEngine:
         token_list, logprob_list = tokens.tolist(), logprobs.tolist()
         for i, token in forced.items():  # one allowed text: written, not sampled (probability 1)
             token_list[i], logprob_list[i] = token, 0.0
-        if any(m is not None for m in matchers):
+        if any_grammar:
             self.masker.accept(matchers, token_list)
-        self.stats.sample_s += time.perf_counter() - start
         for row, token, logprob, limited in zip(rows, token_list, logprob_list, constrained):
             row.tokens.append(token)
             row.logprobs.append(logprob)
