@@ -112,6 +112,7 @@ async def baselines(envs: list[str], n_tasks: int, samples: int, engine: Any) ->
     for env in envs:
         out[env] = {}
         with EXAMPLES.services(ROOT / "examples" / env):
+            schemas = await tool_schemas(plain_job(env))  # the same tools for both evals
             for constrained in (False, True):
                 job = plain_job(env, constrained)
                 tasks = load_split(job, "validation", n_tasks)
@@ -121,7 +122,7 @@ async def baselines(envs: list[str], n_tasks: int, samples: int, engine: Any) ->
                 run_dir = OUT / f"{env}-{label}"
                 shutil.rmtree(run_dir, ignore_errors=True)  # a fresh store: one eval per folder
                 result = await evaluate(job, tasks, samples, run_dir, engine=engine)
-                m = call_metrics(result.rollouts, await tool_schemas(job))
+                m = call_metrics(result.rollouts, schemas)
                 m["wall_s"] = time.perf_counter() - t0
                 out[env][label] = m
                 log(f"  valid calls {m['valid_call_rate']:.0%}, reward {m['reward']:.3f}, "
