@@ -165,6 +165,15 @@ class Rollout(Frozen):
         return ""
 
     @property
+    def reward(self) -> float | None:
+        """The rollout's real grade, or ``None`` when it was not graded (an infrastructure
+        failure), or its grader failed. A grader error leaves a placeholder score that must never
+        be read as a reward of 0 (DESIGN rule 4)."""
+        if self.status == "infra_failed" or self.score is None or self.score.error is not None:
+            return None
+        return self.score.score
+
+    @property
     def model_calls(self) -> tuple[ToolCallRecord, ...]:
         """The tool calls the model made: every record but unparseable ones (parse errors)."""
         return tuple(c for c in self.tool_calls if c.status != "parse_error")

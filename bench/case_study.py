@@ -98,9 +98,10 @@ def load_job_with_overrides(env: str, args: argparse.Namespace, run_dir: Path) -
 
 
 def run(env: str, args: argparse.Namespace) -> dict[str, Any]:
-    from arft.report.summary import summarize, summary_line
+    from arft.metrics.summary import summarize
+    from arft.report.summary import summary_line
     from arft.tracing.store import RunStore
-    from arft.trainer.loop import Hooks, train
+    from arft.app.train import Hooks, train
 
     env_dir = ROOT / "examples" / env
     if not (env_dir / args.job).exists():

@@ -65,7 +65,7 @@ def eval_row(summary: Any, **extra: Any) -> dict[str, Any]:
 
 def run_arft(job: Any, run_dir: Path) -> dict[str, Any]:
     from arft.report.summary import summary_line
-    from arft.trainer.loop import Hooks, train
+    from arft.app.train import Hooks, train
 
     t0 = time.perf_counter()
     marks: dict[str, float] = {}
@@ -119,7 +119,7 @@ def run_trl(job: Any, out_dir: Path, budget_s: float, arft: dict[str, Any] | Non
             max_completion: int, template: str, micro_batch: int) -> dict[str, Any]:
     import trl_calculator as T
 
-    from arft.trainer.loop import EVAL_SEED_OFFSET
+    from arft.app.train import EVAL_SEED_OFFSET
 
     t0 = time.perf_counter()
     seed = job.seed + EVAL_SEED_OFFSET  # the seeds arft's in-training evals use

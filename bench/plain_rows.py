@@ -75,8 +75,8 @@ def valid_call(call: Any, schemas: dict[str, dict[str, Any]]) -> bool:
 
 def call_metrics(rollouts: list[Any], schemas: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Validity of the calls and exploration of the rewards, over one baseline eval."""
-    from arft.report.doctor import task_rewards
-    from arft.report.summary import summarize
+    from arft.app.doctor.reward_checks import task_rewards
+    from arft.metrics.summary import summarize
 
     attempted = valid = with_valid = 0
     for r in rollouts:
@@ -106,7 +106,8 @@ async def tool_schemas(job: Any) -> dict[str, dict[str, Any]]:
 
 
 async def baselines(envs: list[str], n_tasks: int, samples: int, engine: Any) -> dict[str, Any]:
-    from arft.rollout.evaluate import evaluate, load_split
+    from arft.app.evaluate import evaluate
+    from arft.data.splits import load_split
 
     out: dict[str, Any] = {}
     for env in envs:
@@ -134,7 +135,7 @@ async def mask_overhead(engine: Any, batch: int = 32, new_tokens: int = 64) -> d
     """Decode ``batch`` plain prompts together without, then with, the tool-call grammar."""
     from arft.engines.base import SamplingParams
     from arft.models.chat import ChatFormat
-    from arft.rollout.evaluate import load_split
+    from arft.data.splits import load_split
 
     job = plain_job("calculator")
     tasks = (load_split(job, "train", None) * batch)[:batch]

@@ -286,7 +286,8 @@ def merged_model_dir(job: JobSpec, adapter: str | None, out_dir: Path, template:
 
 def evaluate_dir(job: JobSpec, model_dir: Path, run_dir: Path, eval_seed: int) -> Any:
     """arft's evaluator on the validation set (``eval_samples`` per task), as in ``arft train``."""
-    from arft.rollout.evaluate import evaluate, load_split
+    from arft.app.evaluate import evaluate
+    from arft.data.splits import load_split
 
     ejob = job.model_copy(update={"model": str(model_dir),
                                   "sampling": job.sampling.model_copy(update={"seed": eval_seed})})

@@ -1,6 +1,6 @@
 """`arft doctor JOB`: check a job against the talk's four principles before training it.
 
-Thin command: load the job and its data, call ``arft.report.doctor.run_doctor``, print the
+Thin command: load the job and its data, call ``arft.app.doctor.run_doctor``, print the
 verdicts (a table, or JSON with ``--json``). Exit 0 when nothing fails, 1 when a check fails
 (warnings do not), 2 for input that cannot be read.
 """
@@ -13,8 +13,12 @@ from pathlib import Path
 from typing import NoReturn, Optional
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
+
+from arft.app.doctor import Check, DoctorReport
 
 console = Console()
 err = Console(stderr=True)
@@ -42,8 +46,8 @@ def doctor_cmd(
     a baseline that can improve by exploring, and an unhackable, continuous reward."""
     from arft.cli.progress import RolloutProgress
     from arft.config import JobError, load_job
-    from arft.report.doctor import load_data, render_doctor, run_doctor
-    from arft.rollout.evaluate import default_run_dir
+    from arft.app.doctor import load_data, run_doctor
+    from arft.tracing.run_dir import RunDir
 
     try:
         job = load_job(job_file)
@@ -51,7 +55,7 @@ def doctor_cmd(
     except (JobError, ValueError) as e:
         _fail(str(e))
     run_dir = None if no_rollouts else (
-        out.resolve() if out else default_run_dir(job_file, job, "doctor"))
+        RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "doctor"))
     total = min(tasks, len(data.train)) * samples
     go = partial(run_doctor, job, data, samples=samples, n_tasks=tasks,
                  rollouts=not no_rollouts, run_dir=run_dir, job_name=str(job_file))
@@ -65,3 +69,38 @@ def doctor_cmd(
     else:
         render_doctor(report, console)
     raise typer.Exit(report.exit_code)
+
+
+STYLES = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red", "skip": "dim"}
+
+
+def _finding(c: Check) -> Text:
+    """What the check asks, what was measured, its details, threshold and advice, one cell."""
+    t = Text(c.title, style="bold")
+    t.append("\n" + c.measured)
+    for d in c.details:
+        t.append("\n  " + d, style="dim")
+    if c.threshold:
+        t.append(f"\nthreshold: {c.threshold}", style="dim italic")
+    if c.advice:
+        t.append("\n-> " + c.advice, style="red" if c.verdict == "fail" else "yellow")
+    return t
+
+
+def render_doctor(report: DoctorReport, console: Console) -> None:
+    """One row per check: principle, check id, verdict, and what was found and what to do."""
+    table = Table(title=f"arft doctor: {report.job}", title_justify="left", box=box.SIMPLE,
+                  pad_edge=False, show_lines=True)
+    table.add_column("#", justify="right")
+    table.add_column("check", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("finding (threshold) -> what to do", overflow="fold")
+    for c in report.checks:
+        table.add_row(str(c.principle), Text(c.id), Text(c.verdict, style=STYLES[c.verdict]),
+                      _finding(c))
+    console.print(table)
+    console.print(Text(", ".join(f"{n} {v}" for v, n in report.counts().items()),
+                       style="bold red" if report.failed else "bold green"))
+    if report.baseline_run:
+        console.print(Text(f"baseline rollouts stored in {report.baseline_run}  —  inspect one: "
+                           f"arft show {report.baseline_run} <trace_id>"))

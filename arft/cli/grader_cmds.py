@@ -157,13 +157,11 @@ def _continuity_text(report: Any) -> Text:
 
 
 def _load_baseline(run: Path) -> list[Any]:
-    from arft.tracing.store import RunStore, StoreError
+    from arft.tracing.run_dir import RunDir
+    from arft.tracing.store import StoreError
 
-    path = run / "arft.sqlite"
-    if not path.is_file():
-        _fail(f"{run} is not an arft run directory (no arft.sqlite): pass the folder `arft eval` printed")
     try:
-        with RunStore(path) as store:
+        with RunDir(run).open_store() as store:
             return store.rollouts()
     except StoreError as e:
         _fail(str(e))

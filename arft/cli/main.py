@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 from rich.console import Console
+
+from arft.tracing.run_dir import RunDir
+from arft.tracing.store import RunStore, StoreError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="arft — Agent Reinforcement Fine-Tuning you run yourself.")
@@ -19,7 +22,7 @@ console = Console()
 err = Console(stderr=True)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(2)
 
@@ -35,7 +38,9 @@ def eval_cmd(
     """Run traced multi-turn rollouts of every task, grade them and print a summary (the baseline)."""
     from arft.cli.progress import RolloutProgress
     from arft.config import JobError, load_job
-    from arft.rollout.evaluate import default_run_dir, evaluate, load_split
+    from arft.app.evaluate import evaluate
+    from arft.data.splits import load_split
+    from arft.tracing.run_dir import RunDir
 
     if split not in ("train", "validation"):
         _fail(f"--split must be train or validation, not '{split}'")
@@ -45,7 +50,7 @@ def eval_cmd(
     except (JobError, ValueError) as e:
         _fail(str(e))
     k = samples or job.rl.hyperparameters.resolved("eval_samples")
-    run_dir = out.resolve() if out else default_run_dir(job_file, job, "eval")
+    run_dir = RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "eval")
     with RolloutProgress(console, total=len(tasks) * k) as progress:
         try:
             result = asyncio.run(evaluate(job, tasks, k, run_dir, on_status=progress.status,
@@ -55,8 +60,8 @@ def eval_cmd(
     from arft.report.summary import render_summary
 
     render_summary(result.summary, console)
-    console.print(f"\nrun stored in [bold]{result.run_dir}[/]  —  "
-                  f"inspect one rollout: arft show {result.run_dir} <trace_id>")
+    console.print(f"\nrun stored in [bold]{result.run_dir.path}[/]  —  "
+                  f"inspect one rollout: arft show {result.run_dir.path} <trace_id>")
 
 
 @app.command("train")
@@ -68,8 +73,8 @@ def train_cmd(
     """Reinforcement fine-tuning: rollouts, grades, group-relative advantages, updates, evals."""
     from arft.cli.progress import TrainDisplay
     from arft.config import JobError, load_job
-    from arft.rollout.evaluate import default_run_dir
-    from arft.trainer.loop import train
+    from arft.app.train import train
+    from arft.tracing.run_dir import RunDir
 
     if resume is not None:
         job_file = job_file or _job_file_of(resume)
@@ -79,21 +84,22 @@ def train_cmd(
         job = load_job(job_file)
     except JobError as e:
         _fail(str(e))
-    run_dir = resume.resolve() if resume else (out.resolve() if out else default_run_dir(job_file, job, "train"))
+    run_dir = RunDir(resume.resolve()) if resume else (
+        RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "train"))
     if resume is None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "job_path.txt").write_text(str(Path(job_file).resolve()))
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        run_dir.job_path.write_text(str(Path(job_file).resolve()))
     with TrainDisplay(console) as display:
         try:
             result = asyncio.run(train(job, run_dir, resume=resume is not None, hooks=display.hooks()))
         except ValueError as e:
             _fail(str(e))
     display.final(result)
-    console.print(f"\nrun stored in [bold]{run_dir}[/]  —  export the model: arft merge {run_dir} OUT_DIR")
+    console.print(f"\nrun stored in [bold]{run_dir.path}[/]  —  export the model: arft merge {run_dir.path} OUT_DIR")
 
 
 def _job_file_of(run_dir: Path) -> Path:
-    marker = run_dir / "job_path.txt"
+    marker = RunDir(run_dir).job_path
     if not marker.exists():
         _fail(f"{run_dir} does not say which job file it ran: pass the job file too")
     return Path(marker.read_text().strip())
@@ -107,7 +113,7 @@ def merge_cmd(run_dir: Path = typer.Argument(..., help="A training run directory
 
     try:
         path = merge_run(run_dir, out_dir)
-    except ValueError as e:
+    except (ValueError, StoreError) as e:
         _fail(str(e))
     console.print(f"merged model written to [bold]{path}[/] — load it with "
                   f"AutoModelForCausalLM.from_pretrained('{path}')")
@@ -123,7 +129,8 @@ def show_cmd(run_dir: Path = typer.Argument(..., help="A run directory."),
     with store:
         if trace_id is None:
             for r in store.rollouts():
-                reward = "—" if r.score is None else f"{r.score.score:.3f}"
+                reward = ("—" if r.score is None else "grader error" if r.reward is None
+                          else f"{r.reward:.3f}")
                 console.print(f"{r.trace_id}  task={r.task_id}  k={r.sample_index}  "
                               f"status={r.status}  reward={reward}  calls={len(r.tool_calls)}")
             return
@@ -150,13 +157,11 @@ def export_cmd(run_dir: Path = typer.Argument(..., help="A run directory."),
     err.print(f"exported {n} rollouts" + (f" to {out}" if out else ""))
 
 
-def _open_store(run_dir: Path):  # type: ignore[no-untyped-def]
-    from arft.tracing.store import RunStore
-
-    path = run_dir / "arft.sqlite"
-    if not path.exists():
-        _fail(f"{run_dir} is not an arft run directory (no arft.sqlite): pass the folder `arft eval` printed")
-    return RunStore(path)
+def _open_store(run_dir: Path) -> RunStore:
+    try:
+        return RunDir(run_dir).open_store()
+    except StoreError as e:
+        _fail(str(e))
 
 
 def _register_grader_commands() -> None:

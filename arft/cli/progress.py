@@ -32,8 +32,8 @@ class RolloutProgress:
         self._progress.update(self._task, description=text)
 
     def done(self, rollout: Rollout) -> None:
-        if rollout.score is not None and rollout.score.error is None:
-            self._rewards.append(rollout.score.score)
+        if rollout.reward is not None:
+            self._rewards.append(rollout.reward)
         if rollout.status == "infra_failed":
             self._failed += 1
         mean = sum(self._rewards) / len(self._rewards) if self._rewards else float("nan")
@@ -60,7 +60,7 @@ class TrainDisplay:
             self._bar = None
 
     def hooks(self) -> Any:
-        from arft.trainer.loop import Hooks
+        from arft.app.train import Hooks
 
         return Hooks(status=self._status, phase=self._phase, rollout_done=self._rollout,
                      step_done=self._step, eval_done=self._eval)

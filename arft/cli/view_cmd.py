@@ -41,7 +41,7 @@ def view_cmd(
 
     try:
         app = create_app(run_dir.resolve())
-    except (FileNotFoundError, StoreError) as e:
+    except StoreError as e:
         _fail(str(e))
     problem = _port_problem(host, port)
     if problem:

@@ -3,7 +3,7 @@
 The talk's second principle: the sets a model is trained and evaluated on must match the traffic
 it will serve, and an evaluation set that repeats training rows measures memory, not skill. These
 are the measurements behind ``arft doctor``'s data checks (the verdicts live in
-``arft.report.doctor``):
+``arft.app.doctor``):
 
 * ``split_overlap``: validation rows whose prompt is an exact copy of a training prompt (after
   folding case and whitespace), and near-duplicates (rapidfuzz ``ratio`` at or above

@@ -32,7 +32,6 @@ from arft.graders.base import Grader
 from arft.graders.registry import grade_rollout
 from arft.graders.templates import TemplateError, render_template
 from arft.records import Message, Rollout, Task, new_trace_id
-from arft.tracing.store import reward_of
 
 Kind = Literal["empty", "echo_prompt", "long", "all_candidates", "tool_copy"]
 KINDS: tuple[Kind, ...] = ("empty", "echo_prompt", "long", "all_candidates", "tool_copy")
@@ -250,7 +249,7 @@ def continuity(scores: list[float], n_grader_errors: int = 0) -> Continuity:
 def baseline_continuity(baseline: list[Rollout]) -> Continuity:
     """``continuity`` of the baseline's real grades (infra failures and grader errors left out)."""
     graded = [r for r in baseline if r.status != "infra_failed" and r.score is not None]
-    scores = [s for s in (reward_of(r) for r in graded) if s is not None]
+    scores = [s for s in (r.reward for r in graded) if s is not None]
     return continuity(scores, n_grader_errors=len(graded) - len(scores))
 
 

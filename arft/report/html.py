@@ -25,8 +25,10 @@ from pydantic import BaseModel
 
 from arft.records import Rollout
 from arft.report import plots
-from arft.report.summary import EvalSummary, percent as _pct, summarize
-from arft.tracing.store import RunStore, reward_of
+from arft.metrics.summary import EvalSummary, summarize
+from arft.report.summary import percent as _pct
+from arft.tracing.run_dir import RunDir
+from arft.tracing.store import RunStore
 
 DEFAULT_VIEWER_URL = "http://127.0.0.1:8321"
 """Where `arft view` serves the trajectory viewer; rollouts link to ``{url}/rollouts/{trace_id}``."""
@@ -105,11 +107,7 @@ class Report(BaseModel):
 
 def collect(run_dir: Path, viewer_url: str = DEFAULT_VIEWER_URL) -> Report:
     """Read a run directory (from `arft train` or `arft eval`) into a ``Report``."""
-    path = run_dir / "arft.sqlite"
-    if not path.exists():
-        raise ReportError(f"{run_dir} is not an arft run directory (no arft.sqlite): pass the folder "
-                          "that `arft train` or `arft eval` printed")
-    with RunStore(path) as store:
+    with RunDir(run_dir).open_store() as store:
         runs = store.runs()
         train_run = next((r for r in runs if r["kind"] == "train"), None)
         if train_run is not None:
@@ -176,7 +174,7 @@ def _step_metrics(rows: list[dict[str, Any]], run_dir: Path) -> dict[int, dict[s
     by_step: dict[int, dict[str, float]] = defaultdict(dict)
     for row in rows:
         by_step[int(row["step"])][row["name"]] = row["value"]
-    jsonl = run_dir / "metrics.jsonl"
+    jsonl = RunDir(run_dir).metrics
     if not by_step and jsonl.exists():
         for line in jsonl.read_text().splitlines():
             if line.strip():
@@ -254,7 +252,7 @@ def _extremes(rollouts: list[Rollout]) -> tuple[list[RolloutRow], list[RolloutRo
     and only those below the highest "worst", so a rollout is never listed as both (when all
     rewards are equal, every rollout is among the best and none is worst). Ties go to
     later steps, then fewer (best) or more (worst) tool calls."""
-    graded = [(r, reward_of(r) or 0.0) for r in rollouts if reward_of(r) is not None]
+    graded = [(r, r.reward or 0.0) for r in rollouts if r.reward is not None]
     if not graded:
         return [], []
     low, high = min(v for _, v in graded), max(v for _, v in graded)
@@ -267,7 +265,7 @@ def _extremes(rollouts: list[Rollout]) -> tuple[list[RolloutRow], list[RolloutRo
 
 def _row(r: Rollout) -> RolloutRow:
     answer = " ".join(r.output_text.split())
-    return RolloutRow(trace_id=r.trace_id, task_id=r.task_id, step=r.step, reward=reward_of(r),
+    return RolloutRow(trace_id=r.trace_id, task_id=r.task_id, step=r.step, reward=r.reward,
                       calls=len(r.model_calls), status=r.status, finish_reason=r.finish_reason,
                       answer=answer[:140] + ("…" if len(answer) > 140 else ""))
 
@@ -286,9 +284,7 @@ def _wall_time(runs: list[dict[str, Any]]) -> float | None:
 
 
 def _steps_total(run_dir: Path, job: dict[str, Any]) -> int | None:
-    from arft.trainer.checkpoints import latest_checkpoint
-
-    checkpoint = latest_checkpoint(run_dir)
+    checkpoint = RunDir(run_dir).latest_checkpoint()
     if checkpoint is not None:
         total = json.loads((checkpoint / "state.json").read_text()).get("total_steps")
         if total is not None:
@@ -530,7 +526,7 @@ def _update_section(rep: Report, no_steps: str) -> str:
 
 def write_report(run_dir: Path, out: Path | None = None, viewer_url: str = DEFAULT_VIEWER_URL) -> Path:
     """Collect ``run_dir`` and write its report (default ``RUN_DIR/report.html``); returns the path."""
-    path = out or run_dir / "report.html"
+    path = out or RunDir(run_dir).report
     page = render_html(collect(run_dir, viewer_url))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from arft.report.summary import EvalSummary
+from arft.metrics.summary import EvalSummary
 
 Series = Mapping[int, float]
 """step -> value; a step that is absent was not recorded."""

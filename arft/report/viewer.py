@@ -339,7 +339,7 @@ def _error_page(data: RunData, message: str) -> str:
 # -- app ---------------------------------------------------------------------------------------
 
 def create_app(run_dir: Path) -> FastAPI:
-    """The viewer app for one run directory; raises FileNotFoundError when it has no store."""
+    """The viewer app for one run directory; raises ``NotARunDirError`` when it has no store."""
     data = RunData(run_dir)
     app = FastAPI(title="arft view", docs_url=None, redoc_url=None, openapi_url=None)
 

@@ -26,7 +26,7 @@ from typing import Any, get_args
 from urllib.parse import urlencode
 
 from arft.records import Rollout, RolloutStatus
-from arft.tracing.store import RunStore
+from arft.tracing.run_dir import RunDir
 
 PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -190,14 +190,10 @@ class RunData:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / "arft.sqlite"
-        if not self.path.exists():
-            raise FileNotFoundError(
-                f"{self.run_dir} is not an arft run directory (no arft.sqlite): pass the folder "
-                "`arft eval` or `arft train` printed")
+        self.path = RunDir(self.run_dir).store
         # Opening it once as a RunStore checks the format and upgrades an old schema in place,
         # exactly as every other command does; after that the viewer only reads.
-        RunStore(self.path).close()
+        RunDir(self.run_dir).open_store().close()
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

@@ -32,10 +32,21 @@ class AssistantTurn:
 
 
 class Conversation(Protocol):
+    """What the rollout loop needs of a conversation: start it, take turns, read its tokens."""
+
+    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
+        """Open the conversation on the task's messages with the tools this row may call."""
+        ...
+
     async def assistant_turn(self) -> AssistantTurn: ...
 
     def add_tool_results(self, messages: Sequence[Message]) -> bool:
         """Append tool results; False when they do not fit in the token budget."""
+        ...
+
+    def token_fields(self) -> dict[str, Any]:
+        """The ``Rollout`` fields of the exact tokens (ids, loss mask, logprobs, constrained
+        positions); empty when the engine exposes no tokens."""
         ...
 
 
@@ -87,6 +98,12 @@ class TokenConversation:
         self._append(rendered.ids, sampled=False)
         self._prefill = rendered.prefill
         self.prompt_len = len(self.token_ids)
+
+    def token_fields(self) -> dict[str, Any]:
+        return dict(token_ids=tuple(self.token_ids), loss_mask=tuple(self.loss_mask),
+                    logprobs=tuple(self.logprobs), prompt_len=self.prompt_len,
+                    constrained_mask=tuple(self.constrained_mask) if any(self.constrained_mask) else (),
+                    constrained_calls=self.constrained_calls)
 
     def _append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = (),
                 constrained: Sequence[bool] = ()) -> None:
@@ -163,3 +180,6 @@ class ChatConversation:
         self._choice = self._later_choice
         self.messages.extend(messages)
         return True
+
+    def token_fields(self) -> dict[str, Any]:
+        return {}

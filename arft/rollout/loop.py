@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
+from arft.budget import count_calls
 from arft.engines.base import EngineError
-from arft.records import Message, Rollout, Task, Timings, ToolCall, ToolCallRecord, new_trace_id
-from arft.rollout.conversation import Conversation, TokenConversation
+from arft.records import (FinishReason, Message, Rollout, RolloutStatus, Task, Timings, ToolCall,
+                          ToolCallRecord, new_trace_id)
+from arft.rollout.conversation import Conversation
 from arft.tools.base import Tool, ToolContext, ToolOutcome
 
 
@@ -42,8 +44,8 @@ class _Episode:
     records: list[ToolCallRecord] = field(default_factory=list)
     n_turns: int = 0
     parse_errors: int = 0
-    finish: str = "answer"
-    status: str = "ok"
+    finish: FinishReason = "answer"
+    status: RolloutStatus = "ok"
     error: str | None = None
     generate_s: float = 0.0
     tools_s: float = 0.0
@@ -51,9 +53,9 @@ class _Episode:
     @property
     def n_calls(self) -> int:
         """Tool calls that actually ran (parse errors and refusals do not count)."""
-        return sum(1 for r in self.records if r.status not in ("parse_error", "refused"))
+        return count_calls(r.status for r in self.records)
 
-    def end(self, finish: str, status: str, error: str | None = None) -> None:
+    def end(self, finish: FinishReason, status: RolloutStatus, error: str | None = None) -> None:
         self.finish, self.status, self.error = finish, status, error
 
 
@@ -165,7 +167,7 @@ async def run_rollout(conv: Conversation, task: Task, tools: Mapping[str, Tool],
     ep = _Episode(trace_id=trace_id, messages=list(task.messages))
     t0 = time.perf_counter()
     try:
-        conv.start(task.messages, schemas)  # type: ignore[attr-defined]
+        conv.start(task.messages, schemas)
         await asyncio.wait_for(_episode(ep, conv, tools, allowed, limits, task.item, workspace),
                                timeout=limits.timeout_s)
     except asyncio.TimeoutError:
@@ -180,16 +182,11 @@ async def run_rollout(conv: Conversation, task: Task, tools: Mapping[str, Tool],
 
 def _freeze(ep: _Episode, conv: Conversation, task: Task, run_id: str, sample_index: int,
             step: int | None, total_s: float) -> Rollout:
-    tokens: dict[str, Any] = {}
-    if isinstance(conv, TokenConversation):
-        tokens = dict(token_ids=tuple(conv.token_ids), loss_mask=tuple(conv.loss_mask),
-                      logprobs=tuple(conv.logprobs), prompt_len=conv.prompt_len,
-                      constrained_mask=tuple(conv.constrained_mask) if any(conv.constrained_mask) else (),
-                      constrained_calls=conv.constrained_calls)
     return Rollout(
         trace_id=ep.trace_id, task_id=task.id, sample_index=sample_index, run_id=run_id, step=step,
         messages=tuple(ep.messages), tool_calls=tuple(ep.records), n_turns=ep.n_turns,
-        parse_errors=ep.parse_errors, finish_reason=ep.finish, status=ep.status,  # type: ignore[arg-type]
+        parse_errors=ep.parse_errors, finish_reason=ep.finish, status=ep.status,
         error=ep.error, item=task.item,
-        timings=Timings(generate_s=ep.generate_s, tools_s=ep.tools_s, total_s=total_s), **tokens)
+        timings=Timings(generate_s=ep.generate_s, tools_s=ep.tools_s, total_s=total_s),
+        **conv.token_fields())
 

@@ -14,6 +14,7 @@ from arft.records import Rollout, Task, new_trace_id
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
 from arft.rollout.loop import RolloutLimits, run_rollout
 from arft.tools.registry import Toolbox
+from arft.tracing.store import RunStore
 
 
 def workspace_template(pattern: str | None, base_dir: Path, task: Task | None) -> Path | None:
@@ -72,10 +73,8 @@ class RolloutRunner:
     max_tokens: int
     tool_choice: str | dict[str, Any] | None
     chat_format: Any = None  # arft.models.chat.ChatFormat, for token engines
-    store: Any = None  # arft.tracing.store.RunStore; None keeps rollouts in memory only
-    run_id: str = ""
-    step: int | None = None
-    """Stamped on every rollout (``Rollout.step``); the trainer sets it per step and per eval."""
+    store: RunStore | None = None
+    """Where every graded rollout is written; None keeps rollouts in memory only."""
     workspace_root: Path | None = None
     workspace: str | None = None
     """``rollout.workspace``: a template folder, or a pattern with ``{{ item.* }}`` placeholders."""
@@ -86,8 +85,9 @@ class RolloutRunner:
 
     @classmethod
     def from_job(cls, job: JobSpec, engine: TokenEngine | ChatEngine, toolbox: Toolbox, grader: Any,
-                 *, store: Any = None, run_id: str = "", run_dir: Path | None = None) -> "RolloutRunner":
-        """A runner with the job's limits, sampling and workspace settings."""
+                 *, store: RunStore | None = None, workspace_root: Path | None = None) -> "RolloutRunner":
+        """A runner with the job's limits, sampling and workspace settings (``workspace_root``:
+        where per-rollout workspaces are made, the run directory's ``workspaces/``)."""
         chat_format = None
         if isinstance(engine, TokenEngine):
             from arft.models.chat import ChatFormat
@@ -108,8 +108,8 @@ class RolloutRunner:
                 tool_output_max_chars=job.rollout.tool_output_max_chars),
             params=SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                   max_new_tokens=s.max_new_tokens),
-            max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice, run_id=run_id,
-            workspace_root=(run_dir / "workspaces") if run_dir else None,
+            max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice,
+            workspace_root=workspace_root,
             workspace=pattern, base_dir=job.base_dir, concurrency=job.rollout.concurrency,
             constrain=constrain)
 
@@ -120,16 +120,19 @@ class RolloutRunner:
                                      seed=seed, constrain=self.constrain)
         return ChatConversation(self.engine, self.params, self.max_tokens, choice)
 
-    async def run_one(self, task: Task, sample_index: int, seed: int | None = None) -> Rollout:
-        """One rollout of ``task``: run, grade, store (``seed``: see ``TokenConversation``)."""
+    async def run_one(self, task: Task, sample_index: int, *, run_id: str = "", step: int | None = None,
+                      seed: int | None = None) -> Rollout:
+        """One rollout of ``task``: run, grade, store. ``run_id`` and ``step`` are stamped on the
+        record (``Rollout.step``: the training step it belongs to); ``seed``: see
+        ``TokenConversation``."""
         from arft.graders.registry import grade_rollout
 
         trace_id = new_trace_id()
         workspace = self._workspace(trace_id, task)
         try:
             rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.tools, self.limits,
-                                        trace_id=trace_id, run_id=self.run_id,
-                                        sample_index=sample_index, workspace=workspace, step=self.step)
+                                        trace_id=trace_id, run_id=run_id,
+                                        sample_index=sample_index, workspace=workspace, step=step)
             if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
                 score = await grade_rollout(self.grader, rollout, workspace)
                 rollout = rollout.model_copy(update={
@@ -154,10 +157,11 @@ class RolloutRunner:
         template = workspace_template(self.workspace, self.base_dir, task)
         return create_workspace(self.workspace_root, template, trace_id)
 
-    async def run_many(self, tasks: Sequence[Task], samples: int,
-                       on_done: Callable[[Rollout], None] | None = None,
-                       seed: int | None = None) -> list[Rollout]:
-        """``samples`` rollouts of every task, at most ``concurrency`` at once, in task order.
+    async def run_many(self, tasks: Sequence[Task], samples: int, *, run_id: str = "",
+                       step: int | None = None, seed: int | None = None,
+                       on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+        """``samples`` rollouts of every task, at most ``concurrency`` at once, in task order
+        (``run_id``, ``step``: stamped on each, see ``run_one``).
 
         With ``seed``, rollout (i, k) samples from seed ``seed + 1000 * (samples * i + k)``: the
         same seed reproduces the same rollouts whatever else runs concurrently.
@@ -170,7 +174,7 @@ class RolloutRunner:
         async def one(i: int, task: Task, k: int) -> Rollout:
             rollout_seed = None if seed is None else seed + 1000 * (samples * i + k)
             async with gate:
-                rollout = await self.run_one(task, k, rollout_seed)
+                rollout = await self.run_one(task, k, run_id=run_id, step=step, seed=rollout_seed)
             if on_done is not None:
                 on_done(rollout)
             return rollout

@@ -13,7 +13,7 @@ import json
 from typing import Any, TextIO
 
 from arft.records import Rollout
-from arft.tracing.store import RunStore, reward_of
+from arft.tracing.store import RunStore
 
 
 def rollout_to_export(rollout: Rollout) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def rollout_to_export(rollout: Rollout) -> dict[str, Any]:
         "status": rollout.status,
         "finish_reason": rollout.finish_reason,
         "error": rollout.error,
-        "reward": reward_of(rollout),
+        "reward": rollout.reward,
         "score": None if rollout.score is None else rollout.score.model_dump(mode="json"),
         "messages": [m.to_openai() for m in rollout.messages],
         "tool_calls": [c.model_dump(mode="json") for c in rollout.tool_calls],

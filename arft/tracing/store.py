@@ -112,16 +112,6 @@ class DuplicateTraceIdError(StoreError, ValueError):
     """A rollout with this trace_id is already stored."""
 
 
-def reward_of(rollout: Rollout) -> float | None:
-    """The rollout's real grade, or ``None`` when it was not graded or the grader failed.
-
-    A grader error leaves a placeholder score; it must never be read as a reward of 0.
-    """
-    if rollout.score is None or rollout.score.error is not None:
-        return None
-    return rollout.score.score
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
@@ -300,7 +290,7 @@ class RunStore:
             " finish_reason, reward, n_tool_calls, n_turns, parse_errors, n_tokens, n_sampled_tokens,"
             " created_at, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (r.trace_id, r.run_id, r.task_id, r.sample_index, r.step, r.status, r.finish_reason,
-             reward_of(r), len(r.tool_calls), r.n_turns, r.parse_errors, len(r.token_ids),
+             r.reward, len(r.tool_calls), r.n_turns, r.parse_errors, len(r.token_ids),
              r.n_sampled_tokens, _now(), data))
         cur.executemany(
             "INSERT INTO tool_calls (trace_id, call_id, name, status, error, http_status,"

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from arft.tracing.run_dir import RunDir
+
 
 @dataclass
 class Cursor:
@@ -48,7 +50,7 @@ def save_checkpoint(run_dir: Path, cursor: Cursor, learner: Any, extra: dict[str
     import torch
     from safetensors.torch import save_file
 
-    root = run_dir / "checkpoints"
+    root = RunDir(run_dir).checkpoints
     final = root / f"step-{cursor.step:06d}"
     tmp = root / f".tmp-step-{cursor.step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -64,14 +66,6 @@ def save_checkpoint(run_dir: Path, cursor: Cursor, learner: Any, extra: dict[str
     pointer.write_text(final.name)
     os.replace(pointer, root / "latest")  # atomic switch to the new checkpoint
     return final
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    pointer = run_dir / "checkpoints" / "latest"
-    if not pointer.exists():
-        return None
-    path = run_dir / "checkpoints" / pointer.read_text().strip()
-    return path if (path / "state.json").exists() else None
 
 
 def load_checkpoint(path: Path, learner: Any) -> tuple[Cursor, dict[str, Any]]:

@@ -10,16 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from arft.config import JobSpec
+from arft.tracing.run_dir import RunDir
 
 
 def run_job(run_dir: Path) -> JobSpec:
     """The job a training run was started with (from its store)."""
-    from arft.tracing.store import RunStore
-
-    path = run_dir / "arft.sqlite"
-    if not path.exists():
-        raise ValueError(f"{run_dir} is not an arft run directory (no arft.sqlite)")
-    with RunStore(path) as store:
+    with RunDir(run_dir).open_store() as store:
         runs = [r for r in store.runs() if r["kind"] == "train"]
     if not runs:
         raise ValueError(f"{run_dir} holds no training run: `arft merge` needs a run from `arft train`")
@@ -32,11 +28,10 @@ def merge_run(run_dir: Path, out_dir: Path, model: Any = None, tokenizer: Any = 
     from safetensors.torch import load_file
 
     from arft.models.loading import load_model
-    from arft.trainer.checkpoints import latest_checkpoint
     from arft.trainer.learner import wrap_policy
 
     job = run_job(run_dir)
-    checkpoint = latest_checkpoint(run_dir)
+    checkpoint = RunDir(run_dir).latest_checkpoint()
     if checkpoint is None:
         raise ValueError(f"{run_dir} has no checkpoint yet: train at least `checkpoint_every` steps")
     if model is None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from arft.config import load_job
-from arft.rollout.evaluate import evaluate, load_split
+from arft.app.evaluate import evaluate
+from arft.data.splits import load_split
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "calculator" / "job.yaml"
 _spec = importlib.util.spec_from_file_location("calculator_tools", EXAMPLE.parent / "tools.py")

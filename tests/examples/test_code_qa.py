@@ -147,7 +147,7 @@ async def test_smoke_train_one_step_on_a_tiny_model(tmp_path: Path, tokenizer: A
 
     from arft.models.loading import tiny_model
     from arft.tracing.store import RunStore
-    from arft.trainer.loop import train
+    from arft.app.train import train
 
     two = rows(EXAMPLE / "train.jsonl")[:2]
     (tmp_path / "two.jsonl").write_text("".join(json.dumps(r) + "\n" for r in two))

@@ -20,7 +20,7 @@ from arft.sandbox.workspace import create_workspace
 from arft.tools.base import ToolContext
 from arft.tools.registry import open_toolbox
 from arft.tracing.store import RunStore
-from arft.trainer.loop import train
+from arft.app.train import train
 from arft.pyfile import load_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "file_locator"

@@ -161,7 +161,7 @@ def test_job_is_valid() -> None:
 
 async def test_one_training_step_on_a_tiny_model(tmp_path: Path, tokenizer: Any) -> None:
     from arft.models.loading import tiny_model
-    from arft.trainer.loop import train
+    from arft.app.train import train
 
     for split, n in (("train", 2), ("validation", 1)):
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(EXAMPLE / f"{split}.jsonl")[:n]))

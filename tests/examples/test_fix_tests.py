@@ -164,7 +164,8 @@ def test_honest_reply_rule(reply: str, honest: bool) -> None:
 async def test_reference_solution_through_arft_eval(tmp_path: Path, tokenizer: Any) -> None:
     """A scripted agent replaying the fix: real workspace, tools, grader and rollout loop."""
     from arft.engines.scripted import ScriptedEngine
-    from arft.rollout.evaluate import evaluate, load_split
+    from arft.app.evaluate import evaluate
+    from arft.data.splits import load_split
 
     job = load_job(EXAMPLE / "job.yaml")
     tasks = load_split(job, "validation", 2)
@@ -198,7 +199,7 @@ async def test_job_validates_and_smoke_trains_on_a_tiny_model(tmp_path: Path, to
     import torch
 
     from arft.models.loading import tiny_model
-    from arft.trainer.loop import train
+    from arft.app.train import train
 
     job = load_job(EXAMPLE / "job.yaml")
     assert job.rollout.workspace == "projects/{{ item.project }}"

@@ -13,9 +13,9 @@ from arft.cli.main import app as cli
 from arft.config import load_job
 from arft.engines.scripted import ScriptedEngine
 from arft.engines.transformers_engine import TransformersEngine
-from arft.report.doctor import load_data, run_doctor
+from arft.app.doctor import load_data, run_doctor
 from arft.tracing.store import RunStore
-from tests.unit.report.test_doctor import good_rows, row, write_job
+from tests.unit.app.test_doctor import good_rows, row, write_job
 
 
 async def test_baseline_with_the_tiny_model_varies(tmp_path: Path, tokenizer: Any,

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from arft.cli.main import app as cli
 from arft.config import load_job
 from arft.engines.transformers_engine import TransformersEngine
-from arft.rollout.evaluate import evaluate, load_split
+from arft.app.evaluate import evaluate
+from arft.data.splits import load_split
 from arft.tracing.store import RunStore
 from tests.servers import serve
 

@@ -95,7 +95,8 @@ async def test_every_type_inside_arft_eval(url: str, tmp_path: Path, tokenizer: 
     """One multi grader with every type as a child, graded inside a real eval run."""
     from arft.config import load_job
     from arft.engines.scripted import ScriptedEngine
-    from arft.rollout.evaluate import evaluate, load_split
+    from arft.app.evaluate import evaluate
+    from arft.data.splits import load_split
 
     children = {k: s for k, (s, _) in specs(url).items()}
     expected = {k: e for k, (_, e) in specs(url).items()}

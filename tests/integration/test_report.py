@@ -138,7 +138,8 @@ def test_old_store_steps_come_from_the_metrics(tmp_path: Path) -> None:
 
 async def test_eval_only_run_directory(tmp_path: Path, tokenizer: Any, tiny_model: Any) -> None:
     from arft.engines.transformers_engine import TransformersEngine
-    from arft.rollout.evaluate import evaluate, load_split
+    from arft.app.evaluate import evaluate
+    from arft.data.splits import load_split
 
     job = load_job(write_job(tmp_path))
     engine = TransformersEngine(tiny_model, tokenizer, max_batch_size=4)
@@ -172,7 +173,7 @@ class PartsGrader:
 
 
 async def test_report_of_a_real_training_run(tmp_path: Path, tokenizer: Any) -> None:
-    from arft.trainer.loop import train
+    from arft.app.train import train
 
     job = load_job(write_job(tmp_path))
     job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": 2, "group_size": 2,

@@ -12,7 +12,7 @@ import torch
 from arft.config import load_job
 from arft.records import Score
 from arft.trainer.export import merge_run
-from arft.trainer.loop import train
+from arft.app.train import train
 
 
 class LengthGrader:

@@ -13,7 +13,7 @@ from arft.graders.audit import (adversarial_answers, audit_grader, baseline_cont
                                 continuity, item_strings, long_answer, reference_values)
 from arft.graders.registry import build_grader
 from arft.records import Message, Rollout, Score, ToolCallRecord, new_trace_id
-from arft.rollout.evaluate import load_split
+from arft.data.splits import load_split
 
 LIKE = {"type": "string_check", "name": "has_answer", "input": "{{ sample.output_text }}",
         "reference": "{{ item.answer }}", "operation": "like"}

@@ -8,7 +8,7 @@ import math
 
 from arft.records import Score
 from arft.report import plots
-from arft.report.summary import EvalSummary, summarize
+from arft.metrics.summary import EvalSummary, summarize
 from tests.unit.tracing.factories import make_rollout
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from arft.records import Score
-from arft.report.summary import (EvalSummary, pass_at_k, percentile, render_summary, summarize,
-                                 summary_line)
+from arft.metrics.summary import EvalSummary, pass_at_k, percentile, summarize
+from arft.report.summary import render_summary, summary_line
 from tests.unit.tracing.factories import make_rollout
 
 

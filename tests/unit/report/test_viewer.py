@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from arft.cli.main import app as cli
 from arft.records import Message, Rollout, Score
+from arft.tracing.run_dir import NotARunDirError
 from arft.report.viewer import create_app
 from arft.tracing.store import RunStore
 from tests.servers import free_port
@@ -262,7 +263,7 @@ def test_viewer_sees_rollouts_added_while_it_runs(client: TestClient, run: Any) 
 
 
 def test_create_app_needs_a_run_dir(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="no arft.sqlite"):
+    with pytest.raises(NotARunDirError, match="no arft.sqlite"):
         create_app(tmp_path)
 
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from arft.records import Score
-from arft.tracing.store import (DuplicateTraceIdError, NotAStoreError, RunStore, StoreError,
-                                reward_of)
+from arft.tracing.store import DuplicateTraceIdError, NotAStoreError, RunStore, StoreError
 from tests.unit.tracing.factories import make_rollout
 
 
@@ -59,7 +58,9 @@ def test_columns_and_child_tables_are_queryable(tmp_path: Path) -> None:
 def test_ungraded_and_grader_error_rewards_are_null(tmp_path: Path) -> None:
     ungraded = make_rollout()
     broken = make_rollout(score=Score(score=0.0, error="grader crashed"))
-    assert reward_of(ungraded) is None and reward_of(broken) is None
+    infra = make_rollout(score=Score(score=1.0)).model_copy(update={"status": "infra_failed"})
+    assert ungraded.reward is None and broken.reward is None and infra.reward is None
+    assert make_rollout(score=Score(score=0.0)).reward == 0.0  # a real 0 stays a 0
     path = tmp_path / "run.db"
     with RunStore(path) as store:
         store.add_rollout(ungraded)

@@ -7,7 +7,6 @@ import math
 import pytest
 
 from arft.trainer.advantages import group_advantages
-from arft.trainer.loop import budget_penalty
 
 
 def test_mean_centred_and_std_normalised() -> None:
@@ -42,10 +41,3 @@ def test_huge_magnitudes_stay_exact() -> None:
     c = group_advantages([1e308, -1e308])
     assert all(v is not None and math.isfinite(v) for v in c.values)
     assert c.values[0] > 0 > c.values[1]
-
-
-def test_budget_penalty() -> None:
-    assert budget_penalty(3, None, 0.1, "linear") == 0.0
-    assert budget_penalty(3, 4, 0.1, "linear") == 0.0
-    assert budget_penalty(6, 4, 0.1, "linear") == pytest.approx(0.2)
-    assert budget_penalty(6, 4, 0.1, "step") == pytest.approx(0.1)

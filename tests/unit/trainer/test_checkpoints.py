@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arft.trainer.checkpoints import Cursor, batch_for, latest_checkpoint, steps_per_epoch
+from arft.tracing.run_dir import RunDir
+from arft.trainer.checkpoints import Cursor, batch_for, steps_per_epoch
 
 
 def test_batches_cover_each_epoch_once_and_reshuffle() -> None:
@@ -30,9 +31,9 @@ def test_a_half_written_checkpoint_is_never_latest(tmp_path: Path) -> None:
     (root / "step-000002" / "state.json").write_text("{}")
     (root / "latest").write_text("step-000002")
     (root / ".tmp-step-000003").mkdir()  # killed while writing step 3
-    assert latest_checkpoint(tmp_path) == root / "step-000002"
+    assert RunDir(tmp_path).latest_checkpoint() == root / "step-000002"
     (root / "latest").write_text("step-000004")  # points at something incomplete
-    assert latest_checkpoint(tmp_path) is None
+    assert RunDir(tmp_path).latest_checkpoint() is None
 
 
 def test_release_memory_trims_the_heap_on_glibc() -> None:

@@ -1,7 +1,8 @@
-"""Metric sinks for training runs: TensorBoard always, Weights & Biases and MLflow when configured.
+"""Metric sinks: where a training run's ``(step, {name: value})`` rows go, behind one interface.
 
 The run store and ``metrics.jsonl`` always get every metric (they are what ``arft report`` reads);
-these sinks mirror the same ``(step, {name: value})`` rows to the dashboards teams already use.
+TensorBoard (on by default), Weights & Biases and MLflow mirror the same rows to the dashboards
+teams already use.
 A sink that is configured in the job but cannot start (library missing, server unreachable) is an
 error at the start of the run, never a silent skip: a user who asked for W&B expects to find the
 run there. Each sink keeps its run id in the run directory, so ``arft train --resume`` appends to
@@ -10,14 +11,18 @@ the same dashboard run instead of starting a new one.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import secrets
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
 from arft.config import JobSpec, LoggingSpec, MlflowSpec, WandbSpec
+from arft.tracing.run_dir import RunDir
+from arft.tracing.store import RunStore
 
 
 class TrackingError(ValueError):
@@ -32,6 +37,33 @@ class MetricSink(Protocol):
     def close(self) -> None: ...
 
 
+class StoreSink:
+    """The run store's ``metrics`` table, under one run id (what ``arft report`` plots)."""
+
+    def __init__(self, store: RunStore, run_id: str) -> None:
+        self._store, self._run_id = store, run_id
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        self._store.add_metrics(self._run_id, step, values)
+
+    def close(self) -> None:
+        """The store belongs to the run, which closes it."""
+
+
+class JsonlSink:
+    """``RUN_DIR/metrics.jsonl``: one JSON line per row, readable without arft."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        with self._path.open("a") as f:
+            f.write(json.dumps({"step": step, **values}) + "\n")
+
+    def close(self) -> None:
+        """Every row is written and closed as it is logged."""
+
+
 def _finite(values: dict[str, float]) -> dict[str, float]:
     """Drop NaN/inf values (an empty batch's mean): dashboards would plot them as gaps or zeros."""
     return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and math.isfinite(v)}
@@ -43,7 +75,7 @@ class TensorBoardSink:
     def __init__(self, run_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        self._writer = SummaryWriter(log_dir=str(RunDir(run_dir).tensorboard))
 
     def log(self, step: int, values: dict[str, float]) -> None:
         for name, value in _finite(values).items():
@@ -128,8 +160,6 @@ def mlflow_name(name: str) -> str:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)
 
 
@@ -151,10 +181,14 @@ def _flat_params(job: JobSpec) -> dict[str, Any]:
     return out
 
 
-def open_sinks(job: JobSpec, run_dir: Path) -> list[MetricSink]:
-    """The sinks ``job.logging`` asks for; raises ``TrackingError`` when one cannot start."""
+def open_sinks(job: JobSpec, run_dir: Path, store: RunStore | None = None,
+               run_id: str = "") -> list[MetricSink]:
+    """The run's sinks: ``store`` (under ``run_id``) and ``metrics.jsonl`` when a store is given,
+    then the dashboards ``job.logging`` asks for; raises ``TrackingError`` when one cannot start."""
     spec: LoggingSpec = job.logging
     sinks: list[MetricSink] = []
+    if store is not None:
+        sinks += [StoreSink(store, run_id), JsonlSink(RunDir(run_dir).metrics)]
     try:
         if spec.tensorboard:
             sinks.append(_tensorboard(run_dir))
@@ -174,6 +208,12 @@ def _tensorboard(run_dir: Path) -> MetricSink:
     except ImportError as e:
         raise TrackingError("TensorBoard logging needs the tensorboard package: `pip install tensorboard` "
                             "(or set logging.tensorboard: false)") from e
+
+
+def log_all(sinks: list[MetricSink], step: int, values: dict[str, float]) -> None:
+    """One metric row to every sink."""
+    for sink in sinks:
+        sink.log(step, values)
 
 
 def close_sinks(sinks: list[MetricSink]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from arft.config import JobSpec, LoggingSpec, MlflowSpec, WandbSpec
-from arft.trainer.tracking import TrackingError, close_sinks, open_sinks
+from arft.metrics.sinks import TrackingError, close_sinks, open_sinks
 
 
 def job(**logging: object) -> JobSpec:

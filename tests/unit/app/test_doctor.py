@@ -11,8 +11,9 @@ from rich.console import Console
 
 from arft.config import load_job
 from arft.records import Message, Rollout, Score, ToolCallRecord, new_trace_id
-from arft.report.doctor import (DoctorReport, check_pass_at_k, check_variance, load_data,
-                                render_doctor, run_doctor)
+from arft.app.doctor import Check, DoctorReport, load_data, run_doctor
+from arft.app.doctor.reward_checks import check_pass_at_k, check_variance
+from arft.cli.doctor_cmd import render_doctor
 
 FUZZY = {"type": "text_similarity", "name": "close", "input": "{{ sample.output_text }}",
          "reference": "{{ item.answer }}", "evaluation_metric": "fuzzy_match"}
@@ -217,7 +218,6 @@ def test_pass_at_k_verdicts() -> None:
 
 
 def test_render_shows_one_row_per_check_with_advice(tmp_path: Path) -> None:
-    from arft.report.doctor import Check
 
     report = DoctorReport(job="job.yaml", checks=[
         Check(id="task.fields", principle=1, title="rows have what the grader reads",

@@ -1,0 +1,6 @@
+"""What each arft command does, over one run lifecycle (``open_run``): evaluate, train, doctor.
+
+The CLI parses arguments and prints; everything a command does with an engine, tools, a grader
+and a store happens here, so a new front end (``arft serve``, a Ray driver) builds a run the same
+way.
+"""

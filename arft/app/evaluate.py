@@ -1,0 +1,43 @@
+"""``arft eval``: roll out the job's tasks with its engine, tools and grader, store, summarise."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from arft.app.run import Engine, open_run
+from arft.config import JobSpec
+from arft.data.splits import Split
+from arft.graders.base import Grader
+from arft.metrics.summary import EvalSummary, summarize
+from arft.records import Rollout, Task
+from arft.tracing.run_dir import RunDir
+
+
+@dataclass
+class EvalResult:
+    run_id: str
+    run_dir: RunDir
+    rollouts: list[Rollout]
+    summary: EvalSummary
+
+
+async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: RunDir | Path, *,
+                   engine: Engine | None = None, grader: Grader | None = None, on_status: Callable[[str], None] = lambda s: None,
+                   on_done: Callable[[Rollout], None] | None = None,
+                   split: Split = "validation") -> EvalResult:
+    """Run ``samples`` rollouts per task, grade and store them in ``run_dir``, and write its
+    ``summary.json`` (``engine``, ``grader``: use these instead of the job's, and leave them open)."""
+    run_dir = RunDir.of(run_dir)
+    run_id = run_dir.path.name
+    async with open_run(job, run_dir, engine=engine, grader=grader, splits={split: tasks}, on_status=on_status) as run:
+        run.store.create_run(run_id, "eval", job.model_dump(mode="json"))
+        on_status("running rollouts")
+        rollouts = await run.runner.run_many(tasks, samples, run_id=run_id, seed=job.sampling.seed,
+                                             on_done=on_done)
+        summary = summarize(rollouts)
+        run_dir.summary.write_text(json.dumps(summary.model_dump(mode="json"), indent=2))
+        run.store.finish_run(run_id, "completed")
+    return EvalResult(run_id=run_id, run_dir=run_dir, rollouts=rollouts, summary=summary)

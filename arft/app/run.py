@@ -1,0 +1,92 @@
+"""``open_run``: the one place that builds and closes a run's engine, toolbox, grader, store and
+rollout runner.
+
+Every command that runs rollouts (``arft eval``, ``arft train``, ``arft doctor``) enters
+``open_run`` and gets a ``Run``; leaving it closes what it opened, in reverse order, even when the
+command fails half-way. An engine or grader passed in by the caller (a trainer's policy engine, a
+test's scripted engine) is used as given and closed only when ``close_engine`` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from arft.config import JobSpec
+from arft.data.dataset import check_task_tools
+from arft.data.splits import Split, split_path
+from arft.engines.base import ChatEngine, TokenEngine
+from arft.engines.factory import build_engine
+from arft.graders.base import Grader, close_grader
+from arft.graders.registry import build_grader
+from arft.records import Task
+from arft.rollout.runner import RolloutRunner, workspace_template
+from arft.tools.registry import Toolbox, open_toolbox
+from arft.tracing.run_dir import RunDir
+from arft.tracing.store import RunStore
+
+Engine = TokenEngine | ChatEngine
+
+
+@dataclass
+class Run:
+    """The live objects of one run directory, valid inside ``open_run``."""
+
+    job: JobSpec
+    run_dir: RunDir
+    engine: Engine
+    toolbox: Toolbox
+    grader: Grader
+    store: RunStore
+    runner: RolloutRunner
+
+
+def check_tools(job: JobSpec, tasks: Sequence[Task], toolbox: Toolbox, split: Split) -> None:
+    """Every tool a task names must be one of the started tools (MCP names included), and every
+    task's workspace template (``rollout.workspace``, per-row placeholders filled) must exist."""
+    check_task_tools(tasks, set(toolbox.tools), split_path(job, split))
+    if job.rollout.workspace is not None and "{{" in job.rollout.workspace:
+        for task in tasks:
+            workspace_template(job.rollout.workspace, job.base_dir, task)
+
+
+@asynccontextmanager
+async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = None,
+                   close_engine: bool | None = None, grader: Grader | None = None,
+                   splits: Mapping[Split, Sequence[Task]] | None = None,
+                   on_status: Callable[[str], None] = lambda s: None) -> AsyncIterator[Run]:
+    """Build the run of ``job`` in ``run_dir``; close it on the way out.
+
+    ``engine``: use this one (closed on exit only with ``close_engine``); by default the job's
+    engine is built and closed. ``grader``: likewise, but a passed grader is never closed here.
+    ``splits``: the tasks the run will roll out, checked against the started tools before any
+    rollout runs.
+    """
+    async with AsyncExitStack() as stack:
+        own_grader = grader is None
+        grader = grader if grader is not None else build_grader(job.rl.grader, job.base_dir)
+        if own_grader:
+            stack.push_async_callback(close_grader, grader)
+        if engine is None:
+            on_status(f"loading model {job.model}")
+            engine, close_engine = build_engine(job), True if close_engine is None else close_engine
+        if close_engine:
+            stack.push_async_callback(engine.aclose)
+        on_status("starting tools")
+        toolbox = await open_toolbox(job.rl.tools, job.base_dir)
+        stack.push_async_callback(toolbox.aclose)
+        for split, tasks in (splits or {}).items():
+            check_tools(job, tasks, toolbox, split)
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        store = stack.enter_context(RunStore(run_dir.store))
+        runner = RolloutRunner.from_job(job, engine, toolbox, grader, store=store,
+                                        workspace_root=run_dir.workspaces)
+        yield Run(job, run_dir, engine, toolbox, grader, store, runner)
+
+
+def job_record(job: JobSpec) -> dict[str, Any]:
+    """The job as stored with a run: ``model`` as an absolute reference (``arft merge`` reloads it
+    from anywhere)."""
+    return job.model_copy(update={"model": job.model_ref}).model_dump(mode="json")

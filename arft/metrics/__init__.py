@@ -1,0 +1,1 @@
+"""Metrics computed from rollouts (no rendering) and the sinks that record them."""

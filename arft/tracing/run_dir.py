@@ -1,0 +1,95 @@
+"""``RunDir``: every file of a run directory, named in one place.
+
+A run directory (``arft train`` / ``arft eval`` / ``arft doctor`` output) holds::
+
+    arft.sqlite        the run store (runs, rollouts, tool calls, grades, metrics)
+    job_path.txt       the job file a training run started from (``arft train --resume``)
+    summary.json       an evaluation's summary (``arft eval``)
+    metrics.jsonl      one line of metrics per training step and evaluation
+    checkpoints/       step-NNNNNN/ folders and the ``latest`` pointer (``arft train``)
+    workspaces/        per-rollout workspaces while rollouts run
+    tensorboard/       TensorBoard event files (``logging.tensorboard``)
+    report.html        ``arft report``'s default output
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from arft.tracing.store import RunStore, StoreError
+
+
+class NotARunDirError(StoreError):
+    """The folder has no run store: it is not (yet) an arft run directory."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory's paths. Nothing is created until something writes."""
+
+    path: Path
+
+    @classmethod
+    def new(cls, job_path: Path | None, run_dir: str | None, kind: str) -> "RunDir":
+        """``run_dir`` (the job's ``run_dir``) when set, else ``runs/<job file stem>-<kind>-<time>``
+        under the current directory."""
+        if run_dir:
+            return cls(Path(run_dir).expanduser().resolve())
+        stem = job_path.stem if job_path else "job"
+        return cls(Path("runs").resolve() / f"{stem}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+    @classmethod
+    def of(cls, where: "RunDir | str | Path") -> "RunDir":
+        """``where`` as a ``RunDir`` (library callers may pass a plain path)."""
+        return where if isinstance(where, RunDir) else cls(Path(where))
+
+    @property
+    def store(self) -> Path:
+        return self.path / "arft.sqlite"
+
+    @property
+    def job_path(self) -> Path:
+        """The absolute path of the job file ``arft train`` ran (what ``--resume`` reloads)."""
+        return self.path / "job_path.txt"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def workspaces(self) -> Path:
+        return self.path / "workspaces"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    @property
+    def report(self) -> Path:
+        return self.path / "report.html"
+
+    def latest_checkpoint(self) -> Path | None:
+        """The newest complete checkpoint folder (``checkpoints/latest`` points at it), if any."""
+        pointer = self.checkpoints / "latest"
+        if not pointer.exists():
+            return None
+        path = self.checkpoints / pointer.read_text().strip()
+        return path if (path / "state.json").exists() else None
+
+    def open_store(self) -> RunStore:
+        """The store of an existing run; ``NotARunDirError`` (saying what to pass) when there is
+        none. To start a run, use ``RunStore(run_dir.store)``."""
+        if not self.store.is_file():
+            raise NotARunDirError(f"{self.path} is not an arft run directory (no arft.sqlite): pass "
+                                  "the folder that `arft train`, `arft eval` or `arft doctor` printed")
+        return RunStore(self.store)
