@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
-from arft.engines.constraints import ToolGrammar
+from arft.models.constraints import ToolGrammar
 from arft.records import Frozen, Message
 
 
@@ -34,7 +34,7 @@ class SamplingParams(Frozen):
     seed: int | None = None
     grammar: ToolGrammar | None = None
     """Constrain the tool calls of this completion (engines with ``supports_constraints``; see
-    ``arft.engines.constraints``). Text outside calls stays free."""
+    ``arft.models.constraints``). Text outside calls stays free."""
 
 
 class Generation(Frozen):

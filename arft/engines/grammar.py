@@ -32,7 +32,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from arft.engines.constraints import ConstraintError, GrammarTool, ToolGrammar, with_search_patterns
+from arft.models.constraints import ConstraintError, GrammarTool, ToolGrammar, with_search_patterns
 
 if TYPE_CHECKING:
     import torch

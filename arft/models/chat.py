@@ -33,7 +33,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from arft.engines.constraints import ToolGrammar, grammar_tools
+from arft.models.constraints import ToolGrammar, grammar_tools
 from arft.models.toolcalls import (
     END_OF_TURN_MARKERS,
     TOOL_CALL_CLOSE,
@@ -276,7 +276,7 @@ class ChatFormat:
 
         ``constrain_all`` holds every tool to its schema; otherwise only ``"strict": true`` tools
         are (None when there is none). Raises ``ConstraintError`` for a schema keyword the
-        constraint cannot enforce (see ``arft.engines.constraints``).
+        constraint cannot enforce (see ``arft.models.constraints``).
         """
         listed = grammar_tools([normalize_tool(t) for t in tools], constrain_all)
         if not listed:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from arft.engines.constraints import (ENFORCED_KEYWORDS, ConstraintError, GrammarTool, ToolGrammar,
+from arft.models.constraints import (ENFORCED_KEYWORDS, ConstraintError, GrammarTool, ToolGrammar,
                                       check_schema, grammar_tools)
 from arft.engines.grammar import ToolCallMasker
 
