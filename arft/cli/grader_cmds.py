@@ -28,7 +28,8 @@ def _fail(message: str) -> NoReturn:
 
 
 def _read_object(value: str, what: str) -> tuple[dict[str, Any], Path]:
-    from arft.graders.validate import InputError, read_json_arg, require_object
+    from arft.cli.inputs import read_json_arg, require_object
+    from arft.graders.validate import InputError
 
     try:
         data, base_dir = read_json_arg(value, what)
@@ -184,7 +185,7 @@ def audit_cmd(
     from arft.graders.base import GraderError
     from arft.graders.registry import build_grader
     from arft.graders.validate import close_grader
-    from arft.rollout.evaluate import load_split
+    from arft.data.splits import load_split
 
     try:
         job = load_job(job_file)

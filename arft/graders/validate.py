@@ -35,40 +35,6 @@ class InputError(ValueError):
     """A grader, item or sample argument that cannot be read; the message says what to pass."""
 
 
-# -- reading arguments -------------------------------------------------------------------------
-
-
-def read_json_arg(value: str, what: str) -> tuple[Any, Path]:
-    """``value`` as JSON: inline when it starts with ``{`` or ``[``, else a file path.
-
-    Returns the data and the folder that relative paths inside it resolve against (the file's
-    folder, or the current directory for inline JSON). ``what`` names the argument in errors.
-    """
-    text = value.strip()
-    if text.startswith(("{", "[")):
-        try:
-            return json.loads(text), Path.cwd()
-        except json.JSONDecodeError as e:
-            raise InputError(f"{what}: inline JSON is not valid ({e.msg} at column {e.colno}); "
-                             "quote it for the shell, e.g. '{\"answer\": \"Paris\"}'") from None
-    path = Path(value).expanduser()
-    if not path.is_file():
-        raise InputError(f"{what}: {value!r} is neither a file nor inline JSON; pass the path "
-                         "of a JSON file or a JSON object starting with '{'")
-    try:
-        return json.loads(path.read_text(encoding="utf-8")), path.resolve().parent
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{what}: {path} is not valid JSON ({e}); fix the file or pass "
-                         "inline JSON") from None
-
-
-def require_object(data: Any, what: str) -> dict[str, Any]:
-    """``data`` when it is a JSON object, else an ``InputError`` naming ``what``."""
-    if not isinstance(data, dict):
-        raise InputError(f"{what} must be a JSON object, got {type(data).__name__}")
-    return data
-
-
 # -- samples -----------------------------------------------------------------------------------
 
 

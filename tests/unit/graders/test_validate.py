@@ -3,13 +3,12 @@ template paths, python sources (parsed, never run) and spec schema."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from arft.graders.validate import (InputError, complete_sample, python_problems,
-                                   python_source_problems, read_json_arg, run_grader,
+                                   python_source_problems, run_grader,
                                    sample_from_text, template_problems, validate_grader)
 
 LIKE = {"type": "string_check", "name": "has_answer", "input": "{{ sample.output_text }}",
@@ -19,15 +18,6 @@ LIKE = {"type": "string_check", "name": "has_answer", "input": "{{ sample.output
 # -- inputs and samples ------------------------------------------------------------------------
 
 
-def test_read_json_arg_inline_and_file(tmp_path: Path) -> None:
-    assert read_json_arg(' {"a": 1}', "--item")[0] == {"a": 1}
-    (tmp_path / "g.json").write_text('{"b": 2}')
-    data, base = read_json_arg(str(tmp_path / "g.json"), "--grader")
-    assert data == {"b": 2} and base == tmp_path.resolve()
-    with pytest.raises(InputError, match="--item: inline JSON is not valid"):
-        read_json_arg("{'a': 1}", "--item")
-    with pytest.raises(InputError, match="neither a file nor inline JSON"):
-        read_json_arg(str(tmp_path / "none.json"), "--sample")
 
 
 def test_sample_from_text_has_every_key() -> None:
