@@ -25,8 +25,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arft.graders.base import Grader, GraderError, validate_spec
+from arft.graders.base import close_grader, Grader, GraderError, validate_spec
 from arft.graders.formula import Formula, FormulaError, parse_formula
+from arft.graders.registry import build_grader
 from arft.records import Score
 
 
@@ -57,8 +58,6 @@ class MultiGrader:
 
     async def aclose(self) -> None:
         """Close every child that holds resources (python pools, judge connections)."""
-        from arft.graders.base import close_grader
-
         for child in self.children.values():
             await close_grader(child)
 
@@ -105,8 +104,6 @@ class MultiGrader:
 def _build_children(spec: MultiSpec, base_dir: Path) -> dict[str, Grader]:
     # Imported here: the registry imports this module's builder lazily, and this module needs
     # the registry to build children of any type (multi inside multi included).
-    from arft.graders.registry import build_grader
-
     children: dict[str, Grader] = {}
     for key, child in spec.graders.items():
         if not isinstance(child, dict):

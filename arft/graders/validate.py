@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from arft.graders.base import GraderError, build_sample, close_grader
-from arft.graders.templates import PLACEHOLDER, TemplateError, _parse_path, resolve
-from arft.records import Message, Rollout, Score, new_trace_id
+from arft.graders.base import build_sample, close_grader, GraderError
+from arft.graders.registry import build_grader, grade_sample
+from arft.graders.templates import _parse_path, PLACEHOLDER, resolve, TemplateError
+from arft.records import Message, new_trace_id, Rollout, Score
 
 SAMPLE_KEYS = ("output_text", "output_json", "output_tools", "choices", "trajectory", "workspace")
 TRAJECTORY_KEYS = ("trace_id", "messages", "tool_calls", "n_tool_calls", "n_turns",
@@ -89,8 +90,6 @@ async def run_grader(spec: dict[str, Any], base_dir: Path, item: dict[str, Any],
     Raises ``GraderError`` for a spec that does not build; every grading failure is an error
     ``Score`` instead.
     """
-    from arft.graders.registry import build_grader, grade_sample
-
     grader = build_grader(spec, base_dir)
     try:
         return await grade_sample(grader, sample, item)
@@ -299,8 +298,6 @@ def item_reads(spec: Any, base_dir: Path) -> list[tuple[str, str]]:
 
 def build_problems(spec: Any, base_dir: Path) -> list[str]:
     """Why ``spec`` does not build (schema, unknown type, a child that fails), or nothing."""
-    from arft.graders.registry import build_grader
-
     try:
         grader = build_grader(spec, base_dir)
     except GraderError as e:

@@ -9,10 +9,14 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from arft.config import JobSpec
-from arft.engines.base import ChatEngine, SamplingParams, TokenEngine, supports_constraints
-from arft.records import Rollout, Task, new_trace_id
+from arft.engines.base import ChatEngine, SamplingParams, supports_constraints, TokenEngine
+from arft.graders.registry import grade_rollout
+from arft.graders.templates import render_template, TemplateError
+from arft.models.chat import ChatFormat
+from arft.records import new_trace_id, Rollout, Task
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
 from arft.rollout.loop import RolloutLimits, run_rollout
+from arft.sandbox.workspace import create_workspace, remove_workspace
 from arft.tools.registry import Toolbox
 from arft.tracing.store import RunStore
 
@@ -26,8 +30,6 @@ def workspace_template(pattern: str | None, base_dir: Path, task: Task | None) -
     """
     if pattern is None:
         return None
-    from arft.graders.templates import TemplateError, render_template
-
     where = f"task {task.id}: " if task is not None else ""
     try:
         rendered = render_template(pattern, {}, task.item if task is not None else {})
@@ -90,8 +92,6 @@ class RolloutRunner:
         where per-rollout workspaces are made, the run directory's ``workspaces/``)."""
         chat_format = None
         if isinstance(engine, TokenEngine):
-            from arft.models.chat import ChatFormat
-
             chat_format = ChatFormat(engine.tokenizer, worked_example=job.rollout.worked_example)
         s = job.sampling
         constrain = constrained_tool_calls(job.rollout.constrained_tool_calls, engine)
@@ -125,8 +125,6 @@ class RolloutRunner:
         """One rollout of ``task``: run, grade, store. ``run_id`` and ``step`` are stamped on the
         record (``Rollout.step``: the training step it belongs to); ``seed``: see
         ``TokenConversation``."""
-        from arft.graders.registry import grade_rollout
-
         trace_id = new_trace_id()
         workspace = self._workspace(trace_id, task)
         try:
@@ -140,8 +138,6 @@ class RolloutRunner:
                     "timings": rollout.timings.model_copy(update={"grade_s": score.latency_s})})
         finally:
             if workspace is not None:
-                from arft.sandbox.workspace import remove_workspace
-
                 remove_workspace(workspace)
         if self.store is not None:
             self.store.add_rollout(rollout)
@@ -152,8 +148,6 @@ class RolloutRunner:
             return None
         if self.workspace_root is None:
             raise ValueError("tools need a workspace: give the runner a run directory")
-        from arft.sandbox.workspace import create_workspace
-
         template = workspace_template(self.workspace, self.base_dir, task)
         return create_workspace(self.workspace_root, template, trace_id)
 

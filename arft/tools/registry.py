@@ -8,6 +8,10 @@ from typing import Any, Sequence
 
 from arft.config import EndpointToolSpec, McpToolSpec, PythonToolSpec, ShellToolSpec
 from arft.tools.base import Tool
+from arft.tools.endpoint import EndpointTool
+from arft.tools.mcp import open_mcp_server
+from arft.tools.python_fn import PythonTool
+from arft.tools.shell import ShellTool
 
 
 class ToolSetupError(ValueError):
@@ -49,21 +53,13 @@ async def open_toolbox(specs: Sequence[Any], base_dir: Path) -> Toolbox:
 
 async def _add_spec(box: Toolbox, spec: Any, base_dir: Path) -> None:
     if isinstance(spec, EndpointToolSpec):
-        from arft.tools.endpoint import EndpointTool
-
         box.add(EndpointTool(spec))
     elif isinstance(spec, PythonToolSpec):
-        from arft.tools.python_fn import PythonTool
-
         box.add(PythonTool(spec, base_dir))
     elif isinstance(spec, ShellToolSpec):
-        from arft.tools.shell import ShellTool
-
         box.add(ShellTool(spec))
         box.needs_workspace = True
     elif isinstance(spec, McpToolSpec):
-        from arft.tools.mcp import open_mcp_server
-
         server = await open_mcp_server(spec)
         box._closers.append(server)
         for tool in server.tools:

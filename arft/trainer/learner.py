@@ -14,8 +14,9 @@ from dataclasses import asdict
 from typing import Any, Iterator
 
 from arft.config import TrainingSpec
+from arft.models.loading import bf16_is_fast
 from arft.records import TrainBatch
-from arft.trainer.batching import Tensors, micro_batches
+from arft.trainer.batching import micro_batches, Tensors
 from arft.trainer.loss import LossConfig, LossStats, policy_loss, token_logprobs
 
 
@@ -102,8 +103,6 @@ class Learner:
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
-
-        from arft.models.loading import bf16_is_fast
 
         device = next(self.policy.parameters()).device.type
         wanted = self.spec.bf16_autocast

@@ -28,8 +28,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from arft.graders.base import Grader, GraderError, validate_spec
-from arft.graders.judge import (JudgeClient, JudgeError, JudgeFields, clip, json_schema_format,
+from arft.graders.judge import (clip, json_schema_format, JudgeClient, JudgeError, JudgeFields,
                                 reply_result, result_schema, transcript)
+from arft.graders.registry import build_grader
 from arft.records import Message, Score
 
 JUDGE_SYSTEM = (
@@ -158,8 +159,6 @@ class JudgeHackGrader:
 
 def build(spec: dict[str, Any], base_dir: Path) -> JudgeHackGrader:
     """Registry entry point; builds the inner grader too (its files resolve from ``base_dir``)."""
-    from arft.graders.registry import build_grader  # the registry imports designs lazily too
-
     parsed = validate_spec(JudgeHackSpec, spec)
     hacks = parsed.hacks if parsed.hacks is not None else default_hacks()
     names = [h.name for h in hacks]
