@@ -3,7 +3,8 @@
 It sends chat messages and tool schemas and gets one assistant message back: no token ids, so
 rollouts made with it cannot train (see ``arft.engines.base.ChatEngine``). Transient failures
 (5xx, 429, timeouts, dropped connections, unreadable answers) are retried with exponential
-backoff; any other 4xx is the caller's mistake and fails at once with the server's message.
+backoff (``arft.http.retrying_post``, the loop every HTTP client of arft shares); any other 4xx
+is the caller's mistake and fails at once with the server's message.
 
 The API key is read from the environment variable *named* in the job's ``engine.api_key_env``
 (the user's contract): the key itself never appears in a job file.
@@ -11,26 +12,20 @@ The API key is read from the environment variable *named* in the job's ``engine.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import uuid
+from functools import partial
 from typing import TYPE_CHECKING, Any, Sequence
 
-import httpx
-
 from arft.engines.base import ChatReply, EngineError, SamplingParams
-from arft.http import RETRYABLE_4XX, LoopClient, backoff_delay
+from arft.http import Exhausted, Rejected, json_client, retrying_post
 from arft.records import FunctionCall, Message, ToolCall
 
 if TYPE_CHECKING:
     from arft.config import EngineSpec
 
 _TOOL_CHOICE_WORDS = frozenset({"auto", "required", "none"})
-
-
-class _Retryable(Exception):
-    """A failure worth another try; the message says what happened."""
 
 
 class OpenAIEngine:
@@ -45,7 +40,7 @@ class OpenAIEngine:
         self.backoff_s = backoff_s
         """First wait between retries; it doubles after every failed try (capped at 30 s)."""
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = LoopClient(timeout=timeout_s)
+        self._client = json_client(timeout_s)
 
     @classmethod
     def from_spec(cls, model_name: str, spec: "EngineSpec") -> "OpenAIEngine":
@@ -65,17 +60,19 @@ class OpenAIEngine:
     async def chat(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
                    tool_choice: str | dict[str, Any] | None, params: SamplingParams) -> ChatReply:
         """One assistant message for ``messages`` (with ``tool_calls`` when the model calls tools)."""
-        body = self.request_body(messages, tools, tool_choice, params)
-        last = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(backoff_delay(self.backoff_s, attempt))
-            try:
-                return parse_reply(await self._post(body), self.url)
-            except _Retryable as e:
-                last = str(e)
-        raise EngineError(f"{self.url} failed {self.max_retries + 1} times (last: {last}); check "
-                          "that the server is up and not overloaded, or raise engine.timeout_s")
+        body = json.dumps(self.request_body(messages, tools, tool_choice, params)).encode()
+        try:
+            answer = await retrying_post(
+                self._client.get(), self.url, body, what=self.url,
+                parse=partial(parse_reply, url=self.url), attempts=self.max_retries + 1,
+                timeout_s=self.timeout_s, backoff_s=self.backoff_s, headers=self._headers)
+        except Rejected as e:
+            raise EngineError(f"{e} (check engine.served_model '{self.model}', the API key "
+                              "variable and the sampling settings)") from None
+        except Exhausted as e:
+            raise EngineError(f"{e}; check that the server is up and not overloaded, or raise "
+                              "engine.timeout_s") from None
+        return answer.value
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
                      tool_choice: str | dict[str, Any] | None, params: SamplingParams) -> dict[str, Any]:
@@ -97,28 +94,6 @@ class OpenAIEngine:
                 body["tool_choice"] = _tool_choice(tool_choice)
         return body
 
-    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The decoded JSON answer; raises ``_Retryable`` or ``EngineError``."""
-        try:
-            response = await self._client.get().post(self.url, json=body, headers=self._headers)
-        except httpx.TimeoutException as e:
-            raise _Retryable(f"timed out after {self.timeout_s} s ({type(e).__name__})") from e
-        except httpx.TransportError as e:
-            raise _Retryable(f"connection failed ({type(e).__name__}: {e})") from e
-        if response.status_code >= 500 or response.status_code in RETRYABLE_4XX:
-            raise _Retryable(f"HTTP {response.status_code}: {_server_message(response)}")
-        if response.status_code >= 400:
-            raise EngineError(f"{self.url} rejected the request with HTTP {response.status_code}: "
-                              f"{_server_message(response)} (check engine.served_model "
-                              f"'{self.model}', the API key variable and the sampling settings)")
-        try:
-            data = response.json()
-        except ValueError as e:
-            raise _Retryable(f"the answer is not JSON: {response.text[:200]!r}") from e
-        if not isinstance(data, dict):
-            raise _Retryable(f"the answer is not a JSON object: {response.text[:200]!r}")
-        return data
-
     async def aclose(self) -> None:
         await self._client.aclose()
 
@@ -128,19 +103,6 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
     if isinstance(choice, str) and choice not in _TOOL_CHOICE_WORDS:
         return {"type": "function", "function": {"name": choice}}
     return choice
-
-
-def _server_message(response: httpx.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text[:500] or "(empty body)"
-    if isinstance(data, dict):
-        err = data.get("error", data.get("detail", data))
-        if isinstance(err, dict) and "message" in err:
-            return str(err["message"])[:500]
-        return json.dumps(err)[:500]
-    return json.dumps(data)[:500]
 
 
 def parse_reply(data: dict[str, Any], url: str = "the server") -> ChatReply:

@@ -17,7 +17,8 @@ does not:
 * Any other 4xx: an error Score at once (the request itself is wrong; retrying cannot help).
 
 ``rate_limit_per_s`` caps how many requests (retries included) the grader starts per second,
-across all its concurrent grades. One pooled keep-alive client per grader and event loop.
+across all its concurrent grades. One pooled keep-alive client per grader and event loop. The
+retry loop is ``arft.http.retrying_post``; the rollout's trace_id also travels in its header.
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from arft.graders.base import GraderError, validate_spec
-from arft.http import RETRYABLE_4XX, LoopClient, backoff_delay
+from arft.http import BadAnswer, Exhausted, Rejected, is_http_url, json_client, retrying_post
 from arft.records import Score
 
 
@@ -56,14 +56,6 @@ class EndpointSpec(BaseModel):
     """Extra attempts after a retryable failure (so at most ``1 + max_retries`` requests)."""
     rate_limit_per_s: float | None = Field(default=None, gt=0)
     """At most this many requests started per second (``None``: no limit)."""
-
-
-class _Retryable(Exception):
-    """An attempt that failed for a reason worth retrying."""
-
-
-class _Fatal(Exception):
-    """An attempt that failed for a reason retrying cannot fix (a 4xx)."""
 
 
 class RateLimiter:
@@ -95,10 +87,7 @@ class EndpointGrader:
         self.name = spec.name
         self._backoff_s = backoff_s
         self._limiter = RateLimiter(spec.rate_limit_per_s) if spec.rate_limit_per_s else None
-        self._http = LoopClient(
-            headers={"content-type": "application/json", **spec.headers},
-            timeout=httpx.Timeout(spec.timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        self._http = json_client(spec.timeout_s, spec.headers)
 
     async def aclose(self) -> None:
         """Close the pooled connections (safe to call twice)."""
@@ -112,60 +101,33 @@ class EndpointGrader:
         trace_id = trajectory.get("trace_id") if isinstance(trajectory, dict) else None
         body = json.dumps({"sample": sample, "item": item, "trace_id": trace_id},
                           default=str).encode()
-        attempts = 1 + self.spec.max_retries
-        failure = "no attempt made"
-        for attempt in range(attempts):
-            if attempt:
-                await asyncio.sleep(backoff_delay(self._backoff_s, attempt))
-            try:
-                return await self._attempt(body)
-            except _Retryable as e:
-                failure = str(e)
-            except _Fatal as e:
-                return self._error(f"{e}; fix the request or the grader server (not retried)")
-        return self._error(f"endpoint {self.spec.url} failed {attempts} time(s); last: {failure} "
-                           "(check that the grader server is up and answers {\"score\": number})")
-
-    async def _attempt(self, body: bytes) -> Score:
-        """One POST, after the rate limiter; a Score or _Retryable / _Fatal."""
-        if self._limiter is not None:
-            await self._limiter.acquire()
         try:
-            # asyncio.timeout bounds the whole exchange; httpx's own timeout is per read.
-            async with asyncio.timeout(self.spec.timeout_s):
-                response = await self._http.get().post(self.spec.url, content=body)
-        except (TimeoutError, httpx.TimeoutException):
-            raise _Retryable(f"no answer within {self.spec.timeout_s:g}s") from None
-        except httpx.TransportError as e:
-            raise _Retryable(f"connection failed: {type(e).__name__}: {e}") from None
-        status = response.status_code
-        text = response.text[:300]
-        if 400 <= status < 500 and status not in RETRYABLE_4XX:
-            raise _Fatal(f"HTTP {status} from {self.spec.url}: {text}")
-        if not 200 <= status < 300:
-            raise _Retryable(f"HTTP {status}: {text}")
-        return self._parse(response.content)
+            answer = await retrying_post(
+                self._http.get(), self.spec.url, body, what=f"endpoint {self.spec.url}",
+                parse=self._parse, attempts=1 + self.spec.max_retries,
+                timeout_s=self.spec.timeout_s, backoff_s=self._backoff_s, trace_id=trace_id,
+                before_attempt=self._limiter.acquire if self._limiter is not None else None)
+        except Rejected as e:
+            return self._error(f"{e}; fix the request or the grader server (not retried)")
+        except Exhausted as e:
+            return self._error(f"{e} (check that the grader server is up and answers "
+                               "{\"score\": number})")
+        return answer.value
 
-    def _parse(self, raw: bytes) -> Score:
-        """The Score in a 2xx answer; _Retryable when the answer is unusable."""
-        try:
-            answer = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _Retryable(f"answer is not JSON: {raw[:120]!r}") from None
-        if not isinstance(answer, dict):
-            raise _Retryable(f"answer is a JSON {type(answer).__name__}, not an object")
+    def _parse(self, answer: dict[str, Any]) -> Score:
+        """The Score in a 2xx answer's JSON object; BadAnswer when it is unusable."""
         score = _number(answer.get("score"))
         if score is None:
-            raise _Retryable(f"answer has no finite number 'score' (got {answer.get('score')!r})")
+            raise BadAnswer(f"answer has no finite number 'score' (got {answer.get('score')!r})")
         subs = answer.get("sub_scores") or {}
         if not isinstance(subs, dict) or any(_number(v) is None for v in subs.values()):
-            raise _Retryable(f"answer's 'sub_scores' is not an object of finite numbers: {subs!r}")
+            raise BadAnswer(f"answer's 'sub_scores' is not an object of finite numbers: {subs!r}")
         passed = answer.get("passed")
         if passed is not None and not isinstance(passed, bool):
-            raise _Retryable(f"answer's 'passed' is not true, false or null: {passed!r}")
+            raise BadAnswer(f"answer's 'passed' is not true, false or null: {passed!r}")
         flags = answer.get("flags") or []
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-            raise _Retryable(f"answer's 'flags' is not a list of strings: {flags!r}")
+            raise BadAnswer(f"answer's 'flags' is not a list of strings: {flags!r}")
         return Score(score=score, sub_scores={str(k): float(v) for k, v in subs.items()},
                      passed=passed, flags=tuple(flags), grader=self.name)
 
@@ -184,11 +146,7 @@ def _number(value: Any) -> float | None:
 def build(spec: dict[str, Any], base_dir: Path) -> EndpointGrader:
     """Registry entry point (``base_dir`` is unused). Raises ``GraderError`` for a bad spec."""
     parsed = validate_spec(EndpointSpec, spec)
-    try:
-        url = httpx.URL(parsed.url)
-    except httpx.InvalidURL:
-        url = None
-    if url is None or url.scheme not in ("http", "https") or not url.host:
+    if not is_http_url(parsed.url):
         raise GraderError(f"grader {parsed.name!r} (endpoint): field 'url': {parsed.url!r} is not "
                           "an http(s) URL; write it like https://host:port/path")
     return EndpointGrader(parsed)

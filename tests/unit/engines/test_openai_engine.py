@@ -10,10 +10,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from arft.config import EngineSpec
-from arft.engines.base import ChatEngine, EngineError, SamplingParams
+from arft.engines.base import ChatEngine, EngineError
 from arft.engines.openai_engine import OpenAIEngine
 from arft.records import FunctionCall, Message, ToolCall
 from tests.servers import free_port, serve
+from tests.specs import sampling
 
 WEATHER = {"type": "function", "function": {"name": "weather", "description": "Weather of a city",
                                             "parameters": {"type": "object",
@@ -77,7 +78,7 @@ async def test_sends_the_chat_completions_body_and_parses_tool_calls(fake: tuple
     script, url = fake
     eng = engine(url)
     assert isinstance(eng, ChatEngine)
-    params = SamplingParams(temperature=0.3, top_p=0.9, top_k=5, max_new_tokens=64, seed=7, stop=("</x>",))
+    params = sampling(temperature=0.3, top_p=0.9, top_k=5, max_new_tokens=64, seed=7, stop=("</x>",))
     reply = await eng.chat(CONVERSATION, [WEATHER], "auto", params)
     await eng.aclose()
 
@@ -101,8 +102,8 @@ async def test_sends_the_chat_completions_body_and_parses_tool_calls(fake: tuple
 async def test_omits_tools_tool_choice_and_seed_when_unset(fake: tuple[Fake, str]) -> None:
     script, url = fake
     eng = engine(url)
-    await eng.chat(CONVERSATION[:2], [], "required", SamplingParams())
-    await eng.chat(CONVERSATION[:2], [WEATHER], "weather", SamplingParams())
+    await eng.chat(CONVERSATION[:2], [], "required", sampling())
+    await eng.chat(CONVERSATION[:2], [WEATHER], "weather", sampling())
     await eng.aclose()
     assert not {"tools", "tool_choice", "seed", "stop"} & set(script.bodies[0])
     assert script.bodies[1]["tool_choice"] == {"type": "function", "function": {"name": "weather"}}
@@ -112,7 +113,7 @@ async def test_retries_5xx_429_and_garbage_then_succeeds(fake: tuple[Fake, str])
     script, url = fake
     script.statuses = [500, 429, 299]
     eng = engine(url)
-    reply = await eng.chat(CONVERSATION[:2], [WEATHER], None, SamplingParams())
+    reply = await eng.chat(CONVERSATION[:2], [WEATHER], None, sampling())
     await eng.aclose()
     assert len(script.bodies) == 4
     assert len(reply.message.tool_calls or ()) == 2
@@ -122,8 +123,8 @@ async def test_gives_up_after_max_retries(fake: tuple[Fake, str]) -> None:
     script, url = fake
     script.statuses = [503] * 10
     eng = engine(url, max_retries=2)
-    with pytest.raises(EngineError, match="failed 3 times.*scripted failure 503"):
-        await eng.chat(CONVERSATION[:2], [], None, SamplingParams())
+    with pytest.raises(EngineError, match=r"failed 3 time\(s\).*scripted failure 503"):
+        await eng.chat(CONVERSATION[:2], [], None, sampling())
     await eng.aclose()
     assert len(script.bodies) == 3
 
@@ -133,15 +134,15 @@ async def test_client_error_fails_at_once_with_the_servers_message(fake: tuple[F
     script.statuses = [400]
     eng = engine(url)
     with pytest.raises(EngineError, match="HTTP 400: scripted failure 400"):
-        await eng.chat(CONVERSATION[:2], [], None, SamplingParams())
+        await eng.chat(CONVERSATION[:2], [], None, sampling())
     await eng.aclose()
     assert len(script.bodies) == 1  # no retry
 
 
 async def test_connection_refused_is_retried_then_engine_error() -> None:
     eng = OpenAIEngine(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=1, backoff_s=0.01)
-    with pytest.raises(EngineError, match="failed 2 times.*connection failed"):
-        await eng.chat(CONVERSATION[:2], [], None, SamplingParams())
+    with pytest.raises(EngineError, match=r"failed 2 time\(s\).*connection failed"):
+        await eng.chat(CONVERSATION[:2], [], None, sampling())
     await eng.aclose()
 
 

@@ -1,7 +1,8 @@
 """endpoint grader against a real FastAPI server on 127.0.0.1: contract, retries, rate limit.
 
-The server plays a per-test script: each POST to ``/<route>`` takes the next ``(status, body,
-delay_s)`` from ``script[route]`` (the last one repeats) and records what it received.
+The server is arft.http's scripted one (tests/unit/test_http.py): each POST to ``/<route>`` takes
+the next ``(status, body, delay_s)`` from ``script.steps[route]`` (the last one repeats) and
+records what it received.
 """
 
 from __future__ import annotations
@@ -9,59 +10,26 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from fastapi import FastAPI, Request, Response
 
 from arft.graders.base import GraderError, build_sample, validate_spec
 from arft.graders.endpoint import EndpointGrader, EndpointSpec
 from arft.graders.registry import build_grader
 from arft.records import Score
 from tests.servers import free_port, serve
+from tests.unit.test_http import Script, make_app
 
 from .helpers import make_rollout
 
 OK = (200, b'{"score": 0.75}', 0.0)
 
 
-@dataclass
-class Seen:
-    body: dict[str, Any] | None
-    headers: dict[str, str]
-    port: int
-    at: float
-
-
-@dataclass
-class Script:
-    steps: dict[str, list[tuple[int, bytes, float]]] = field(default_factory=dict)
-    seen: dict[str, list[Seen]] = field(default_factory=dict)
-
-
-def make_app(script: Script) -> FastAPI:
-    app = FastAPI()
-
-    @app.post("/{route}")
-    async def play(route: str, request: Request) -> Response:
-        raw = await request.body()
-        seen = script.seen.setdefault(route, [])
-        seen.append(Seen(json.loads(raw) if raw else None, dict(request.headers),
-                         request.client.port if request.client else 0, time.monotonic()))
-        steps = script.steps.get(route, [OK])
-        status, body, delay = steps[min(len(seen), len(steps)) - 1]
-        if delay:
-            await asyncio.sleep(delay)
-        return Response(content=body, status_code=status, media_type="application/json")
-
-    return app
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, Script]]:
-    script = Script()
+    script = Script(ok=OK)
     with serve(make_app(script)) as url:
         yield url, script
 
