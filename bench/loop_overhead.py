@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from arft.config import RolloutSpec, SamplingSpec  # noqa: E402
 from arft.engines.base import ChatReply, SamplingParams  # noqa: E402
 from arft.engines.scripted import ScriptedEngine  # noqa: E402
 from arft.models.chat import ChatFormat  # noqa: E402
@@ -66,7 +67,7 @@ async def run(kind: str, n: int, concurrency: int, tokenizer: Any) -> float:
     replies = [call_text(1, 2), call_text(3, 3), "The sum is 6.<|im_end|>"]
 
     gate = asyncio.Semaphore(concurrency)
-    params = SamplingParams(max_new_tokens=64)
+    params = SamplingParams.from_spec(SamplingSpec(max_new_tokens=64))
 
     async def one() -> None:
         async with gate:
@@ -76,7 +77,7 @@ async def run(kind: str, n: int, concurrency: int, tokenizer: Any) -> float:
                 conv: Any = TokenConversation(engine, fmt, params, max_tokens=4096)
             else:
                 conv = ChatConversation(ScriptedChat(), params, max_tokens=4096)
-            r = await run_rollout(conv, task, tools, RolloutLimits())
+            r = await run_rollout(conv, task, tools, RolloutLimits.from_spec(RolloutSpec(), max_episode_steps=10))
             assert r.n_turns == 3 and len(r.tool_calls) == 2 and r.status == "ok", r
 
     await asyncio.gather(*(one() for _ in range(min(n, 50))))  # warm-up (tokenizer caches etc.)

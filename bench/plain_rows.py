@@ -147,8 +147,9 @@ async def mask_overhead(engine: Any, batch: int = 32, new_tokens: int = 64) -> d
     res: dict[str, float] = {}
     for label, g in (("off", None), ("on", grammar)):
         # No stop strings: every row decodes new_tokens tokens, so both runs do the same work.
-        params = [SamplingParams(temperature=1.0, max_new_tokens=new_tokens, seed=i,
-                                 grammar=None if g is None else g.with_prefill(p.prefill))
+        spec = job.sampling.model_copy(update={"temperature": 1.0, "max_new_tokens": new_tokens})
+        params = [SamplingParams.from_spec(spec, seed=i,
+                                           grammar=None if g is None else g.with_prefill(p.prefill))
                   for i, p in enumerate(prompts)]
         mask0, t0 = engine.masker.mask_s, time.perf_counter()
         gens = await asyncio.gather(*(engine.generate(p.ids, sp) for p, sp in zip(prompts, params)))

@@ -60,7 +60,7 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
     """Build the run of ``job`` in ``run_dir``; close it on the way out.
 
     ``engine``: use this one (closed on exit only with ``close_engine``); by default the job's
-    engine is built and closed. ``grader``: likewise, but a passed grader is never closed here.
+    engine is built, and then always closed. ``grader``: likewise, but a passed grader is never closed here.
     ``splits``: the tasks the run will roll out, checked against the started tools before any
     rollout runs.
     """
@@ -71,7 +71,7 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
             stack.push_async_callback(close_grader, grader)
         if engine is None:
             on_status(f"loading model {job.model}")
-            engine, close_engine = build_engine(job), True if close_engine is None else close_engine
+            engine, close_engine = build_engine(job), True  # what open_run builds, it closes
         if close_engine:
             stack.push_async_callback(engine.aclose)
         on_status("starting tools")

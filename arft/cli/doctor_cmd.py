@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Optional
 
 import typer
 from rich import box
@@ -18,15 +18,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from arft.app.doctor import Check, DoctorReport
-
-console = Console()
-err = Console(stderr=True)
-
-
-def _fail(message: str) -> NoReturn:
-    err.print(Text("error: ", style="bold red") + Text(message))
-    raise typer.Exit(2)
+from arft.app.doctor import Check, DoctorReport, load_data, run_doctor
+from arft.cli.console import console, err, fail
+from arft.cli.progress import RolloutProgress
+from arft.config import JobError, load_job
+from arft.tracing.run_dir import RunDir
 
 
 def doctor_cmd(
@@ -44,16 +40,11 @@ def doctor_cmd(
 ) -> None:
     """Check a job against the four principles: a well-defined task, data like real traffic,
     a baseline that can improve by exploring, and an unhackable, continuous reward."""
-    from arft.cli.progress import RolloutProgress
-    from arft.config import JobError, load_job
-    from arft.app.doctor import load_data, run_doctor
-    from arft.tracing.run_dir import RunDir
-
     try:
         job = load_job(job_file)
         data = load_data(job, traffic)
     except (JobError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     run_dir = None if no_rollouts else (
         RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "doctor"))
     total = min(tasks, len(data.train)) * samples

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from arft.cli.console import fail
 from arft.graders.validate import InputError
 
 
@@ -39,3 +40,13 @@ def require_object(data: Any, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"{what} must be a JSON object, got {type(data).__name__}")
     return data
+
+
+def read_object_arg(value: str, what: str) -> tuple[dict[str, Any], Path]:
+    """``value`` read as a JSON object, with its base folder (as ``read_json_arg``); a value that
+    cannot be read, or is not an object, fails the command with the error (exit 2)."""
+    try:
+        data, base_dir = read_json_arg(value, what)
+        return require_object(data, what), base_dir
+    except InputError as e:
+        fail(str(e))

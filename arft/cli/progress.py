@@ -7,7 +7,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from arft.app.train import Hooks, TrainResult
+from arft.metrics.summary import EvalSummary
 from arft.records import Rollout
+from arft.report.summary import summary_line
 
 
 class RolloutProgress:
@@ -59,9 +62,7 @@ class TrainDisplay:
             self._bar.__exit__(None, None, None)
             self._bar = None
 
-    def hooks(self) -> Any:
-        from arft.app.train import Hooks
-
+    def hooks(self) -> Hooks:
         return Hooks(status=self._status, phase=self._phase, rollout_done=self._rollout,
                      step_done=self._step, eval_done=self._eval)
 
@@ -96,13 +97,11 @@ class TrainDisplay:
             f"|g| {g('update/grad_norm', 0):.2f}  lr {g('update/lr', 0):.1e}  "
             f"t {g('time/rollouts_s', 0):.0f}+{g('time/update_s', 0):.0f}s")
 
-    def _eval(self, step: int, summary: Any) -> None:
+    def _eval(self, step: int, summary: EvalSummary) -> None:
         self._close()
-        from arft.report.summary import summary_line
-
         self.console.print(f"[bold]eval @ step {step}[/]  {summary_line(summary)}")
 
-    def final(self, result: Any) -> None:
+    def final(self, result: TrainResult) -> None:
         """Baseline vs final eval, and the tool-calls-per-rollout distribution before vs after."""
         if not result.evals:
             return

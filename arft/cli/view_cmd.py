@@ -1,6 +1,7 @@
 """`arft view RUN_DIR`: serve the run viewer (arft.report.viewer) on this machine until Ctrl-C.
 
-FastAPI and uvicorn are imported inside the command so `arft --help` stays instant.
+FastAPI and uvicorn (and ``arft.report.viewer``, which is built on FastAPI) are imported inside
+the command so `arft --help` stays instant.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ import socket
 from pathlib import Path
 
 import typer
+
+from arft.cli.console import console, fail
+from arft.tracing.store import StoreError
 
 
 def _port_problem(host: str, port: int) -> str | None:
@@ -32,20 +36,17 @@ def view_cmd(
     port: int = typer.Option(8321, help="Port to listen on."),
 ) -> None:
     """Browse a run's rollouts in the browser: filterable list, one page per rollout, JSON API."""
-    import uvicorn
+    import uvicorn  # a web server: only when serving, not at `arft --help` time
 
-    # main imports this module to register the command, so its helpers are imported here.
-    from arft.cli.main import _fail, console
-    from arft.report.viewer import create_app
-    from arft.tracing.store import StoreError
+    from arft.report.viewer import create_app  # imports fastapi: lazy for the same reason
 
     try:
         app = create_app(run_dir.resolve())
     except StoreError as e:
-        _fail(str(e))
+        fail(str(e))
     problem = _port_problem(host, port)
     if problem:
-        _fail(problem)
+        fail(problem)
     console.print(f"viewing [bold]{run_dir}[/] at [bold]http://{host}:{port}/[/]  "
                   "(Ctrl-C to stop)")
     uvicorn.run(app, host=host, port=port, log_level="warning")

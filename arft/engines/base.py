@@ -10,20 +10,25 @@ Two kinds of engine exist:
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
 
 from arft.models.constraints import ToolGrammar
 from arft.records import Frozen, Message
 
+if TYPE_CHECKING:
+    from arft.config import SamplingSpec
+
 
 class SamplingParams(Frozen):
-    """How to sample one completion."""
+    """How to sample one completion. The job's fields come from ``job.sampling`` through
+    ``from_spec`` (their defaults and documentation live in ``arft.config.SamplingSpec``); the
+    others are set per request."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float
+    top_p: float
+    top_k: int
     """0 disables top-k."""
-    max_new_tokens: int = 256
+    max_new_tokens: int
     stop: tuple[str, ...] = ()
     """Stop strings. Generation ends after the token that completes one; those tokens are kept."""
     stop_unless_followed_by: tuple[str, ...] = ()
@@ -35,6 +40,14 @@ class SamplingParams(Frozen):
     grammar: ToolGrammar | None = None
     """Constrain the tool calls of this completion (engines with ``supports_constraints``; see
     ``arft.models.constraints``). Text outside calls stays free."""
+
+    @classmethod
+    def from_spec(cls, spec: SamplingSpec, **request: Any) -> SamplingParams:
+        """``spec`` (``job.sampling``) as request parameters; ``request`` sets the per-request
+        fields (``stop``, ``stop_unless_followed_by``, ``seed``, ``grammar``). ``spec.seed`` is
+        not copied: it seeds a run, from which each rollout derives its own."""
+        return cls(temperature=spec.temperature, top_p=spec.top_p, top_k=spec.top_k,
+                   max_new_tokens=spec.max_new_tokens, **request)
 
 
 class Generation(Frozen):

@@ -23,6 +23,9 @@ close), its next token is written without sampling, with logprob 0 (the whole ma
 inside a call's arguments is content, not a stop. Grammars are compiled once per toolset, on the
 caller's side, so a schema that cannot be compiled fails that request only (``ConstraintError``).
 
+A request's decoding state and the rules that end it (eos, stop strings, length) live in
+``arft.engines.decode_rows``; the batch's KV cache in ``arft.engines.kv_batch``.
+
 The model is used as is (no copy): a trainer may update its weights in place between calls.
 torch and transformers are imported lazily, inside the functions that need them.
 """
@@ -37,9 +40,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from arft.engines.base import EngineError, Generation, SamplingParams
+from arft.engines.decode_rows import FinishRules, Request, Row, generation, new_row
 from arft.engines.grammar import ToolCallMasker
 from arft.engines.kv_batch import KVBatch, growing_layer
-from arft.engines.sampling import RowSampling, sample_rows
+from arft.engines.sampling import sample_rows
 
 if TYPE_CHECKING:
     import torch
@@ -65,45 +69,6 @@ class EngineStats:
     prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
     constrained_tokens: int = 0
     """Tokens sampled under a grammar mask that excluded at least one token."""
-
-
-_LOOK_AHEAD_TOKENS = 8
-"""Most tokens sampled after a stop string to see whether a continuation string follows."""
-
-
-@dataclass
-class _Request:
-    prompt: list[int]
-    params: SamplingParams
-    future: asyncio.Future[Generation]
-    loop: asyncio.AbstractEventLoop
-    matcher: Any = None
-    """The grammar matcher of a constrained request (advanced through its prefill)."""
-    delivered: bool = False
-
-
-@dataclass
-class _Row:
-    """One request's decoding state inside the worker thread."""
-
-    request: _Request
-    sampling: RowSampling
-    generator: "torch.Generator | None"
-    stop_window: int
-    """How many trailing tokens to decode when looking for stop strings."""
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    constrained: list[bool] = field(default_factory=list)
-    finish: str | None = None
-    scan_from: int = 0
-    """Stop strings are looked for only in tokens from here on (after a cancelled stop)."""
-    stop_at: int | None = None
-    """While looking ahead after a stop: the number of tokens up to and including the stop."""
-
-    @property
-    def next_position(self) -> int:
-        """Position id of the last sampled token, which the next decode step feeds in."""
-        return len(self.request.prompt) + len(self.tokens) - 1
 
 
 class TransformersEngine:
@@ -132,8 +97,9 @@ class TransformersEngine:
         self.stats = EngineStats()
         self.masker = ToolCallMasker(tokenizer, self.vocab_size, self.eos_ids)
         """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
+        self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
         self._cache_kwarg, self._forward_kwargs = _forward_kwargs(model)
-        self._inbox: collections.deque[_Request] = collections.deque()
+        self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._rng: "torch.Generator | None" = None
@@ -166,7 +132,7 @@ class TransformersEngine:
             matcher = self.masker.matcher(self.masker.compile(params.grammar), params.grammar.prefill)
         loop = asyncio.get_running_loop()
         self._ensure_batcher(loop)
-        request = _Request(prompt, params, loop.create_future(), loop, matcher)
+        request = Request(prompt, params, loop.create_future(), loop, matcher)
         with self._lock:
             self._inbox.append(request)
         assert self._wakeup is not None
@@ -221,31 +187,19 @@ class TransformersEngine:
                         self._deliver(request, EngineError(f"could not start generation ({e}): "
                                                            "keep the event loop running and retry"))
 
-    @staticmethod
-    def _settle(future: asyncio.Future[Generation], outcome: Generation | BaseException) -> None:
-        if future.done():  # cancelled by its caller, or already failed
-            return
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
 
-    def _deliver(self, request: _Request, outcome: Generation | BaseException) -> None:
+    def _deliver(self, request: Request, outcome: Generation | BaseException) -> None:
         """Hand a result to the waiting caller (safe from any thread)."""
         if request.delivered:
             return
-        request.delivered = True
-        self.stats.requests += 1
-        try:
-            request.loop.call_soon_threadsafe(self._settle, request.future, outcome)
-        except RuntimeError:
-            pass  # the caller's event loop is closed: nobody is waiting any more
+        self.stats.requests += 1  # counted first: the caller may read the stats once answered
+        request.deliver(outcome)
 
     # ----------------------------------------------------------------- worker-thread side
 
-    def _take(self, n: int) -> list[_Request]:
+    def _take(self, n: int) -> list[Request]:
         """Up to ``n`` waiting requests, skipping those whose caller already gave up."""
-        taken: list[_Request] = []
+        taken: list[Request] = []
         with self._lock:
             while self._inbox and len(taken) < n:
                 request = self._inbox.popleft()
@@ -257,7 +211,7 @@ class TransformersEngine:
         """Decode until no row is left and nobody waits (runs in a worker thread)."""
         import torch
 
-        owned: list[_Request] = []
+        owned: list[Request] = []
         try:
             with torch.inference_mode():
                 self._decode_loop(owned)
@@ -273,7 +227,7 @@ class TransformersEngine:
             for request in owned:
                 self._deliver(request, closed)
 
-    def _decode_loop(self, owned: list[_Request]) -> None:
+    def _decode_loop(self, owned: list[Request]) -> None:
         batch: KVBatch | None = None
         while not self._stop.is_set():
             room = self.max_batch_size - (batch.size if batch else 0)
@@ -294,7 +248,7 @@ class TransformersEngine:
             batch = self._retire(batch)
             owned[:] = [r for r in owned if not r.delivered]
 
-    def _prefill(self, requests: list[_Request]) -> KVBatch:
+    def _prefill(self, requests: list[Request]) -> KVBatch:
         """Run the prompts of ``requests`` (left-padded) and sample each one's first token."""
         import torch
         from transformers import DynamicCache
@@ -309,7 +263,7 @@ class TransformersEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         cache.layer_class_to_replicate = growing_layer()
-        batch = KVBatch([self._new_row(r) for r in requests], cache, mask)
+        batch = KVBatch([new_row(r, self.device) for r in requests], cache, mask)
         logits = self._forward(ids, batch, positions)
         self.stats.prefills += 1
         self.stats.prefill_batch_sizes[len(requests)] += 1
@@ -335,18 +289,8 @@ class TransformersEngine:
                          **{self._cache_kwarg: batch.cache}, **self._forward_kwargs)
         return out.logits[:, -1, :]
 
-    def _new_row(self, request: _Request) -> _Row:
-        import torch
 
-        p = request.params
-        generator = None
-        if p.seed is not None and p.temperature > 0:
-            generator = torch.Generator(device=self.device).manual_seed(p.seed)
-        # Every token decodes to at least one byte, and a character is at most 4 bytes.
-        window = 4 * max((len(s) for s in p.stop), default=0) + 4
-        return _Row(request, RowSampling(p.temperature, p.top_p, p.top_k), generator, window)
-
-    def _accept(self, rows: list[_Row], logits: "torch.Tensor") -> None:
+    def _accept(self, rows: list[Row], logits: "torch.Tensor") -> None:
         """Sample one token per row, record it and decide whether the row is finished."""
         import torch
 
@@ -373,55 +317,17 @@ class TransformersEngine:
             row.logprobs.append(logprob)
             if row.request.matcher is not None:
                 row.constrained.append(limited)
-            row.finish = self._finish_reason(row)
+            row.finish = self._finish_rules.finish_reason(row)
         self.stats.generated_tokens += len(rows)
         self.stats.constrained_tokens += sum(constrained)
 
-    def _finish_reason(self, row: _Row) -> str | None:
-        params = row.request.params
-        if row.stop_at is not None:
-            return self._look_ahead(row)
-        if row.tokens[-1] in self.eos_ids:
-            return "eos"
-        if params.stop:
-            # Checked after every token, so a match in the tail was completed by the newest token.
-            start = max(row.scan_from, len(row.tokens) - row.stop_window)
-            tail = self.tokenizer.decode(row.tokens[start:], skip_special_tokens=False)
-            if any(s and s in tail for s in params.stop):
-                matcher = row.request.matcher
-                if matcher is not None and self.masker.in_call(matcher):
-                    return None  # the stop string is part of an argument's value
-                if params.stop_unless_followed_by and len(row.tokens) < params.max_new_tokens:
-                    row.stop_at = len(row.tokens)
-                    return None
-                return "stop"
-        if len(row.tokens) >= params.max_new_tokens:
-            return "length"
-        return None
-
-    def _look_ahead(self, row: _Row) -> str | None:
-        """After a stop: go on if a continuation string follows, else end at the stop."""
-        assert row.stop_at is not None
-        follow = row.request.params.stop_unless_followed_by
-        ahead = self.tokenizer.decode(row.tokens[row.stop_at:], skip_special_tokens=False).lstrip()
-        if row.tokens[-1] not in self.eos_ids:
-            if any(ahead.startswith(f) for f in follow):  # e.g. a second <tool_call>: carry on
-                row.stop_at, row.scan_from = None, len(row.tokens)
-                return self._finish_reason(row)
-            undecided = any(f.startswith(ahead) for f in follow)
-            if undecided and len(row.tokens) - row.stop_at < _LOOK_AHEAD_TOKENS \
-                    and len(row.tokens) < row.request.params.max_new_tokens:
-                return None
-        # The look-ahead tokens were never part of the completion: drop them.
-        del row.tokens[row.stop_at:], row.logprobs[row.stop_at:], row.constrained[row.stop_at:]
-        return "stop"
 
     def _retire(self, batch: KVBatch) -> KVBatch | None:
         """Answer finished rows, drop them and rows whose caller gave up; ``None`` when empty."""
         keep = []
         for i, row in enumerate(batch.rows):
             if row.finish is not None:
-                self._deliver(row.request, self._generation(row))
+                self._deliver(row.request, generation(row, self.tokenizer))
             elif row.request.future.done():  # cancelled by its caller: stop spending compute
                 row.request.delivered = True
             else:
@@ -431,12 +337,6 @@ class TransformersEngine:
         if len(keep) < batch.size:
             batch.select(keep)
         return batch
-
-    def _generation(self, row: _Row) -> Generation:
-        text = self.tokenizer.decode(row.tokens, skip_special_tokens=False)
-        return Generation(token_ids=tuple(row.tokens), logprobs=tuple(row.logprobs), text=text,
-                          finish_reason=row.finish,  # type: ignore[arg-type]
-                          constrained=tuple(row.constrained))
 
 
 def _torch_device(device: str) -> "torch.device":

@@ -307,7 +307,7 @@ async def audit_grader(job: JobSpec, tasks: list[Task], grader: Grader,
     numbers; their tool outputs give ``tool_copy`` answers), or None. Grader errors are never
     read as a score of 0: they are counted per kind and are never hacks.
     """
-    spec = job.rl.grader
+    spec = job.rl.grader_dict
     pending = [(task, kind, answer) for task in tasks
                for kind, answer in adversarial_answers(task, spec, baseline)]
     gate = asyncio.Semaphore(CONCURRENCY)

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from arft.config import SamplingSpec
 from arft.engines.base import EngineError, SamplingParams
 from arft.engines.openai_engine import OpenAIEngine
 from arft.graders.base import GraderError
@@ -120,7 +121,8 @@ class JudgeClient(OpenAIEngine):
     async def ask(self, messages: Sequence[Message]) -> str:
         """The judge's reply text; raises ``JudgeError`` naming the server and the failure."""
         try:
-            reply = await self.chat(messages, (), None, SamplingParams())
+            # request_body sends the judge's own sampling fields, not these
+            reply = await self.chat(messages, (), None, SamplingParams.from_spec(SamplingSpec()))
         except EngineError as e:
             hint = "" if self.has_key else f" (note: ${self.api_key_env} is not set)"
             raise JudgeError(f"judge '{self.model}' failed: {e}{hint}") from None

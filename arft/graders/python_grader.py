@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from arft.graders.base import GraderError, validate_spec
 from arft.records import Score
-from arft.sandbox.pool import CallLimits, CallResult, SandboxedFunction, WarmPool, run_fresh
+from arft.sandbox import CallLimits, CallResult, SandboxedFunction, WarmPool, run_fresh
 
 _DICT_KEYS = ("score", "sub_scores", "flags", "passed")
 

@@ -3,7 +3,8 @@
 Grader modules are imported only when their type is used, so a heavy grader (a model judge, a
 sandboxed python grader) costs nothing to jobs that do not use it. Adding a grader type is one
 line in ``grader_types``: ``"<type>": "arft.graders.<module>:build"``, where
-``build(spec: dict, base_dir: Path) -> Grader``.
+``build(spec: dict, base_dir: Path) -> Grader``, plus its spec model in ``arft.config.graders``
+(the job's typed ``GraderSpec``; a test holds the two lists equal).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import BaseModel
+
+from arft.config.graders import as_written
 from arft.graders.base import Grader, GraderError, build_sample
 from arft.records import Rollout, Score
 
@@ -34,12 +38,16 @@ def grader_types() -> dict[str, str]:
     }
 
 
-def build_grader(spec: dict[str, Any], base_dir: Path) -> Grader:
+def build_grader(spec: BaseModel | dict[str, Any], base_dir: Path) -> Grader:
     """The grader for ``spec``; ``base_dir`` (the job file's folder) resolves any file it names.
 
-    Raises ``GraderError`` for a spec that is not a mapping, has no ``type``, has a type arft does
-    not support (listing the supported ones), or has bad fields (naming the grader and field).
+    ``spec`` is a job's typed grader (``job.rl.grader``, an ``arft.config.GraderSpec``) or the
+    same spec as a dict (``arft grade --grader G.json``). Raises ``GraderError`` for a spec that is
+    not a mapping, has no ``type``, has a type arft does not support (listing the supported ones),
+    or has bad fields (naming the grader and field).
     """
+    if isinstance(spec, BaseModel):
+        spec = as_written(spec)
     types = grader_types()
     supported = ", ".join(sorted(types))
     if not isinstance(spec, dict):

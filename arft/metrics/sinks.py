@@ -57,8 +57,9 @@ class JsonlSink:
         self._path = path
 
     def log(self, step: int, values: dict[str, float]) -> None:
-        with self._path.open("a") as f:
-            f.write(json.dumps({"step": step, **values}) + "\n")
+        row = {k: v if not isinstance(v, float) or math.isfinite(v) else None for k, v in values.items()}
+        with self._path.open("a") as f:  # strict JSON: a missing value is null, never NaN or 0
+            f.write(json.dumps({"step": step, **row}) + "\n")
 
     def close(self) -> None:
         """Every row is written and closed as it is logged."""

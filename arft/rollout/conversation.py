@@ -155,11 +155,15 @@ class ChatConversation:
     params: SamplingParams
     max_tokens: int
     tool_choice: str | dict[str, Any] | None = "auto"
+    seed: int | None = None
+    """Base seed of this rollout's requests (turn t asks for ``seed + t``, for servers that honour
+    a seed); None = none sent."""
     messages: list[Message] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
     tokens_used: int = 0
     _choice: Any = None
     _later_choice: Any = None
+    _turns: int = 0
 
     def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
         self.messages = list(messages)
@@ -169,8 +173,11 @@ class ChatConversation:
     async def assistant_turn(self) -> AssistantTurn:
         if self.tokens_used >= self.max_tokens:
             return AssistantTurn(Message(role="assistant", content=""), [], "context")
+        params = self.params.model_copy(update={
+            "seed": None if self.seed is None else self.seed + self._turns})
         reply = await self.engine.chat(self.messages, self.tools, self._choice if self.tools else None,
-                                       self.params)
+                                       params)
+        self._turns += 1
         self.tokens_used = reply.prompt_tokens + reply.completion_tokens
         self.messages.append(reply.message)
         finish = {"stop": "eos", "tool_calls": "stop", "length": "length"}.get(reply.finish_reason, "eos")

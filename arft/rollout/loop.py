@@ -13,7 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from arft.budget import count_calls
 from arft.engines.base import EngineError
@@ -22,17 +22,29 @@ from arft.records import (FinishReason, Message, Rollout, RolloutStatus, Task, T
 from arft.rollout.conversation import Conversation
 from arft.tools.base import Tool, ToolContext, ToolOutcome
 
+if TYPE_CHECKING:
+    from arft.config import RolloutSpec
+
 
 @dataclass(frozen=True)
 class RolloutLimits:
-    """Stop conditions of one rollout."""
+    """Stop conditions of one rollout: the job's ``rollout`` section and ``max_episode_steps``,
+    built by ``from_spec`` (their defaults and documentation live in ``arft.config``)."""
 
-    max_episode_steps: int = 10
+    max_episode_steps: int
     """Most tool calls (executed) in the rollout."""
-    on_max_episode_steps: Literal["refuse", "end"] = "refuse"
-    max_turns: int = 8
-    timeout_s: float = 600.0
-    tool_output_max_chars: int = 4000
+    on_max_episode_steps: Literal["refuse", "end"]
+    max_turns: int
+    timeout_s: float
+    tool_output_max_chars: int
+
+    @classmethod
+    def from_spec(cls, spec: RolloutSpec, max_episode_steps: int) -> RolloutLimits:
+        """The limits of ``spec`` (``job.rollout``) with ``max_episode_steps`` resolved
+        (``job.rl.max_steps``)."""
+        return cls(max_episode_steps=max_episode_steps, on_max_episode_steps=spec.on_max_episode_steps,
+                   max_turns=spec.max_turns, timeout_s=spec.timeout_s,
+                   tool_output_max_chars=spec.tool_output_max_chars)
 
 
 @dataclass

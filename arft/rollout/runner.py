@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from arft.config import JobSpec
+from arft.config import JobSpec, auto
 from arft.engines.base import ChatEngine, SamplingParams, supports_constraints, TokenEngine
 from arft.graders.registry import grade_rollout
 from arft.graders.templates import render_template, TemplateError
@@ -44,14 +44,9 @@ def workspace_template(pattern: str | None, base_dir: Path, task: Task | None) -
 
 
 def constrained_tool_calls(option: bool | str, engine: object) -> bool:
-    """``rollout.constrained_tool_calls`` resolved for ``engine`` (``auto``: on where supported)."""
-    if option == "auto":
-        return supports_constraints(engine)
-    if option and not supports_constraints(engine):
-        raise ValueError(f"rollout.constrained_tool_calls is true but the {type(engine).__name__} "
-                         "cannot constrain sampling: use engine.type: transformers, or set "
-                         "rollout.constrained_tool_calls: auto (or false)")
-    return bool(option)
+    """``rollout.constrained_tool_calls`` resolved for ``engine`` (``auto.constrained_tool_calls``
+    told whether it can constrain sampling)."""
+    return auto.constrained_tool_calls(option, supports_constraints(engine), type(engine).__name__)
 
 
 def check_tool_grammar(engine: Any, chat_format: Any, schemas: Sequence[dict[str, Any]],
@@ -93,7 +88,6 @@ class RolloutRunner:
         chat_format = None
         if isinstance(engine, TokenEngine):
             chat_format = ChatFormat(engine.tokenizer, worked_example=job.rollout.worked_example)
-        s = job.sampling
         constrain = constrained_tool_calls(job.rollout.constrained_tool_calls, engine)
         if chat_format is not None and supports_constraints(engine):
             check_tool_grammar(engine, chat_format, [t.schema for t in toolbox.tools.values()], constrain)
@@ -102,12 +96,8 @@ class RolloutRunner:
             workspace_template(pattern, job.base_dir, None)  # a fixed folder: check it now
         return cls(
             engine=engine, toolbox=toolbox, grader=grader, chat_format=chat_format, store=store,
-            limits=RolloutLimits(
-                max_episode_steps=job.rl.max_steps, on_max_episode_steps=job.rollout.on_max_episode_steps,
-                max_turns=job.rollout.max_turns, timeout_s=job.rollout.timeout_s,
-                tool_output_max_chars=job.rollout.tool_output_max_chars),
-            params=SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                  max_new_tokens=s.max_new_tokens),
+            limits=RolloutLimits.from_spec(job.rollout, job.rl.max_steps),
+            params=SamplingParams.from_spec(job.sampling),
             max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice,
             workspace_root=workspace_root,
             workspace=pattern, base_dir=job.base_dir, concurrency=job.rollout.concurrency,
@@ -118,7 +108,7 @@ class RolloutRunner:
         if isinstance(self.engine, TokenEngine):
             return TokenConversation(self.engine, self.chat_format, self.params, self.max_tokens, choice,
                                      seed=seed, constrain=self.constrain)
-        return ChatConversation(self.engine, self.params, self.max_tokens, choice)
+        return ChatConversation(self.engine, self.params, self.max_tokens, choice, seed=seed)
 
     async def run_one(self, task: Task, sample_index: int, *, run_id: str = "", step: int | None = None,
                       seed: int | None = None) -> Rollout:
@@ -173,5 +163,13 @@ class RolloutRunner:
                 on_done(rollout)
             return rollout
 
-        return list(await asyncio.gather(*(one(i, t, k) for i, t in enumerate(tasks)
-                                           for k in range(samples))))
+        # A TaskGroup, not gather: when one rollout raises, the others are cancelled instead of
+        # running on (and writing to a store the caller is about to close).
+        # The caller sees the first error itself, as with gather, not an ExceptionGroup.
+        try:
+            async with asyncio.TaskGroup() as group:
+                running = [group.create_task(one(i, t, k)) for i, t in enumerate(tasks)
+                           for k in range(samples)]
+        except BaseExceptionGroup as errors:
+            raise errors.exceptions[0] from None
+        return [task.result() for task in running]

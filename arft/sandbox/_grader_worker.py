@@ -1,6 +1,6 @@
 """The sandboxed side of ``arft.sandbox.pool``: runs one function from untrusted Python source.
 
-Started by the pool inside the sandbox (``_launch.py``: namespaces, nobody, rlimits) as
+Started by the pool inside the sandbox (``launcher``: namespaces, nobody, rlimits) as
 ``python -I -S _grader_worker.py serve|once``. It imports nothing of arft and only the standard
 library before the user's code, so it starts fast and works whatever is on ``sys.path``.
 
@@ -327,7 +327,7 @@ def grade_once_forked(fn, args: list, limits: dict, proto: tuple[int, int], own_
                       scratch: str) -> bytes:
     """Fork a child for one call and return the answer to send back."""
     answer_r, answer_w = os.pipe()
-    for _ in range(40):  # EAGAIN: the sandbox uid's process limit is briefly full (see _launch)
+    for _ in range(40):  # EAGAIN: the sandbox uid's process limit is briefly full (see launcher)
         try:
             child = os.fork()
             break

@@ -1,8 +1,9 @@
 """Run an untrusted command in a sandbox: its own workspace, no network, CPU/memory/time limits.
 
 ``run_sandboxed`` is used by the shell tool (model-written commands) and by graders that run
-untrusted code. It starts ``_launch.py`` (a tiny stdlib-only launcher) which applies every
-isolation layer the host allows and reports which ones it applied (``SandboxResult.isolation``);
+untrusted code. It starts ``arft.sandbox.launcher`` (a tiny stdlib-only program; its command
+line, config and report live in ``arft.sandbox.command``), which applies every isolation layer
+the host allows and reports which ones it applied (``SandboxResult.isolation``);
 a layer the kernel refuses is skipped, never fatal, unless the caller lists it in
 ``SandboxLimits.required_isolation``. Namespaces are made directly when we are root with
 CAP_SYS_ADMIN, else inside an unprivileged user namespace (as root without CAP_SYS_ADMIN, e.g.
@@ -58,62 +59,18 @@ What it does not stop:
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-LAUNCHER = Path(__file__).with_name("_launch.py")
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_CHUNK = 1 << 16
+from arft.sandbox.capture import READ_CHUNK, OutputCapture
+from arft.sandbox.command import kill_sandbox, read_report, sandbox_command
+from arft.sandbox.limits import SandboxError, SandboxLimits
+
 _DRAIN_GRACE_S = 2.0  # wait for pipes to close after the command ended
-
-
-class SandboxError(RuntimeError):
-    """The sandbox could not be started at all (bad arguments, missing workspace)."""
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Limits of one sandboxed run."""
-
-    timeout_s: float = 10.0
-    """Wall-clock limit; the whole process tree is killed when it passes."""
-    memory_mb: int = 512
-    """Address-space limit (RLIMIT_AS) of each process."""
-    cpu_s: float | None = None
-    """CPU-seconds limit of each process (default: ``timeout_s``)."""
-    max_output_chars: int = 10_000
-    """Characters kept of stdout and of stderr each (head and tail; the middle is dropped)."""
-    max_file_mb: int = 64
-    """Largest file a process may write (RLIMIT_FSIZE)."""
-    network: bool = False
-    """Allow network access (no network namespace)."""
-    max_processes: int = 256
-    """RLIMIT_NPROC of the sandbox uid (stops fork bombs)."""
-    tmp_mb: int = 64
-    """Size of the private /tmp and /dev/shm."""
-    required_isolation: tuple[str, ...] = ()
-    """Layers that must be applied (e.g. ``("netns", "readonly_fs")``) or the command is not run."""
-    workspace_tmpfs_mb: int | None = None
-    """When set, the workspace is a fresh private tmpfs of this size at the workspace's path
-    instead of the host folder [workspace_tmpfs]: nothing written there reaches the host disk and
-    the total is bounded. The host folder is then only the mount point (it stays empty)."""
-
-    def __post_init__(self) -> None:
-        for name in ("timeout_s", "memory_mb", "max_file_mb", "max_processes", "tmp_mb"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)}")
-        if self.max_output_chars < 0:
-            raise ValueError("SandboxLimits.max_output_chars must be >= 0")
-        if self.workspace_tmpfs_mb is not None and self.workspace_tmpfs_mb <= 0:
-            raise ValueError("SandboxLimits.workspace_tmpfs_mb must be > 0 (or None for the host "
-                             f"folder), got {self.workspace_tmpfs_mb}")
 
 
 @dataclass(frozen=True)
@@ -136,105 +93,97 @@ class SandboxResult:
     """Why the command was not run at all (setup failure, missing required isolation)."""
 
 
-class _Capture:
-    """Keeps the head and tail of a byte stream within a character budget; counts the rest."""
+async def run_sandboxed(
+    argv: list[str],
+    workspace: Path,
+    limits: SandboxLimits,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    *,
+    merge_stderr: bool = False,
+    readable: Sequence[Path] = (),
+    hidden: Sequence[Path] = (),
+) -> SandboxResult:
+    """Run ``argv`` with cwd = ``workspace`` under ``limits``; see the module docstring.
 
-    def __init__(self, max_chars: int) -> None:
-        self.max_chars = max_chars
-        self.keep = 4 * max_chars  # bytes: enough for max_chars of any UTF-8 text
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.keep - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.keep:
-                del self.tail[: len(self.tail) - self.keep]
-
-    async def consume(self, stream: asyncio.StreamReader | None) -> None:
-        if stream is None:
-            return
-        while chunk := await stream.read(_CHUNK):
-            self.feed(chunk)
-
-    def text(self) -> tuple[str, bool]:
-        """The kept text (with a truncation marker when some was dropped) and whether it was."""
-        if self.total == len(self.head) + len(self.tail):
-            whole = (self.head + self.tail).decode(errors="replace")
-            if len(whole) <= self.max_chars:
-                return whole, False
-            head, tail = whole, whole
-        else:
-            head = self.head.decode(errors="replace")
-            # The tail may start inside a multi-byte character: skip continuation bytes.
-            tail = bytes(self.tail).lstrip(bytes(range(0x80, 0xC0))).decode(errors="replace")
-        n_head = self.max_chars // 2
-        n_tail = self.max_chars - n_head
-        shown_tail = tail[-n_tail:] if n_tail else ""
-        marker = (f"\n[... output truncated: {self.total} bytes in all; showing the first "
-                  f"{n_head} and the last {len(shown_tail)} characters ...]\n")
-        return head[:n_head] + marker + shown_tail, True
+    ``env`` is added to a clean environment (nothing of ours leaks). ``merge_stderr`` sends
+    stderr into stdout (interleaved as a terminal shows it). ``readable`` are paths the command
+    must be able to read even if a directory above them is closed to the sandbox uid (e.g. a
+    Python installation under /root); they stay read-only. ``hidden`` are folders replaced by
+    an empty read-only tmpfs inside the sandbox [hidden_paths] (the workspace and ``readable``
+    paths below them stay visible); symlinks and missing folders are skipped.
+    """
+    workspace = _checked_workspace(argv, workspace)
+    report_r, report_w = os.pipe()
+    cmd, launch_env = sandbox_command(argv, workspace, limits, report_w, env=env,
+                                      readable=readable, hidden=hidden)
+    start = time.monotonic()
+    try:
+        transport, protocol, proc = await _spawn(cmd, stdin is not None, merge_stderr,
+                                                 launch_env, report_w)
+    except BaseException:
+        os.close(report_r)
+        raise
+    finally:
+        os.close(report_w)
+    out, err = OutputCapture(limits.max_output_chars), OutputCapture(limits.max_output_chars)
+    try:
+        timed_out = await _run_to_end(transport, protocol, proc, stdin, out, err,
+                                      limits.timeout_s)
+    finally:
+        report = read_report(report_r)
+        os.close(report_r)
+    return _result(transport.get_returncode(), report, out, err, timed_out,
+                   time.monotonic() - start)
 
 
-def _clean_env(workspace: Path, env: dict[str, str] | None) -> dict[str, str]:
-    base = {"PATH": DEFAULT_PATH, "HOME": str(workspace), "TMPDIR": str(workspace),
-            "LANG": "C.UTF-8", "USER": "sandbox", "LOGNAME": "sandbox"}
-    return base | dict(env or {})
+def _checked_workspace(argv: list[str], workspace: Path) -> Path:
+    """The resolved workspace; ``SandboxError`` for an empty command or a missing folder."""
+    if not argv:
+        raise SandboxError("run_sandboxed needs a command: argv is empty")
+    workspace = Path(workspace).resolve()
+    if not workspace.is_dir():
+        raise SandboxError(f"workspace {workspace} is not a directory; create it first "
+                           "(arft.sandbox.create_workspace)")
+    return workspace
 
 
-def _launch_config(workspace: Path, limits: SandboxLimits, report_fd: int,
-                   readable: Sequence[Path], env: dict[str, str] | None,
-                   hidden: Sequence[Path] = ()) -> dict[str, Any]:
-    cpu = limits.cpu_s if limits.cpu_s is not None else limits.timeout_s
-    return {
-        "workspace": str(workspace), "report_fd": report_fd, "network": limits.network,
-        "memory_bytes": limits.memory_mb << 20, "cpu_s": max(1, math.ceil(cpu)),
-        "fsize_bytes": limits.max_file_mb << 20, "nproc": limits.max_processes,
-        "tmp_mb": limits.tmp_mb, "required": list(limits.required_isolation),
-        "readable": [str(Path(p).resolve()) for p in readable],
-        "set_tmpdir": "TMPDIR" not in (env or {}),
-        "hidden": [os.path.abspath(p) for p in hidden],
-        "workspace_tmpfs_mb": limits.workspace_tmpfs_mb,
-    }
+async def _run_to_end(transport: Any, protocol: _ExitAwareProtocol,
+                      proc: asyncio.subprocess.Process, stdin: str | None, out: OutputCapture,
+                      err: OutputCapture, timeout_s: float) -> bool:
+    """Feed stdin and capture the output until the launcher exits (killed at ``timeout_s``);
+    True when it timed out. Cancelled, it kills the command before it lets go."""
+    readers = [asyncio.ensure_future(out.consume(proc.stdout)),
+               asyncio.ensure_future(err.consume(proc.stderr)),
+               asyncio.ensure_future(_feed_stdin(proc, stdin))]
+    try:
+        timed_out = await _wait_exit(protocol, proc.pid, timeout_s)
+    except BaseException:  # cancelled: never leave the command running
+        kill_sandbox(proc.pid)
+        await asyncio.shield(asyncio.ensure_future(_finish(transport, protocol, readers)))
+        raise
+    await _finish(transport, protocol, readers)
+    return timed_out
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL the launcher's process group (it called setsid, so pgid == pid)."""
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            target()
-            return
-        except ProcessLookupError:
-            continue  # not a group leader yet (or gone): try the process itself
-        except PermissionError:
-            return
-
-
-def _read_report(fd: int) -> dict[str, Any]:
-    """Merge the launcher's JSON lines (isolation, error, exit/signal) into one dict."""
-    os.set_blocking(fd, False)
-    data = b""
-    while True:
-        try:
-            chunk = os.read(fd, _CHUNK)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    merged: dict[str, Any] = {}
-    for line in data.decode(errors="replace").splitlines():
-        try:
-            merged.update(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return merged
+def _result(returncode: int | None, report: dict[str, Any], out: OutputCapture, err: OutputCapture,
+            timed_out: bool, duration_s: float) -> SandboxResult:
+    # The command's own status (from the sandbox's init) wins over the launcher's.
+    if timed_out:
+        exit_code = -signal.SIGKILL
+    elif "command_exit" in report or "command_signal" in report:
+        exit_code = int(report.get("command_exit", -report.get("command_signal", 0)))
+    elif "exit" in report or "signal" in report:
+        exit_code = int(report.get("exit", -report.get("signal", 0)))
+    else:
+        exit_code = returncode if returncode is not None else -signal.SIGKILL
+    stdout, t_out = out.text()
+    stderr, t_err = err.text()
+    return SandboxResult(
+        exit_code=exit_code, stdout=stdout, stderr=stderr, timed_out=timed_out,
+        killed_reason=_killed_reason(exit_code, timed_out), truncated=t_out or t_err,
+        duration_s=duration_s, isolation=tuple(report.get("isolation", ())),
+        error=report.get("error"))
 
 
 def _killed_reason(exit_code: int, timed_out: bool) -> str | None:
@@ -273,7 +222,7 @@ class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=_CHUNK, loop=loop)
+        super().__init__(limit=READ_CHUNK, loop=loop)
         self.exited: asyncio.Future[None] = loop.create_future()
 
     def process_exited(self) -> None:
@@ -300,7 +249,7 @@ async def _wait_exit(protocol: _ExitAwareProtocol, pid: int, timeout_s: float) -
         await asyncio.wait_for(asyncio.shield(protocol.exited), timeout_s)
         return False
     except asyncio.TimeoutError:
-        _kill_group(pid)
+        kill_sandbox(pid)
         await protocol.exited
         return True
 
@@ -314,107 +263,6 @@ async def _finish(transport: Any, protocol: _ExitAwareProtocol,
     for task in pending:
         task.cancel()
     transport.close()
-
-
-async def run_sandboxed(
-    argv: list[str],
-    workspace: Path,
-    limits: SandboxLimits,
-    stdin: str | None = None,
-    env: dict[str, str] | None = None,
-    *,
-    merge_stderr: bool = False,
-    readable: Sequence[Path] = (),
-    hidden: Sequence[Path] = (),
-) -> SandboxResult:
-    """Run ``argv`` with cwd = ``workspace`` under ``limits``; see the module docstring.
-
-    ``env`` is added to a clean environment (nothing of ours leaks). ``merge_stderr`` sends
-    stderr into stdout (interleaved as a terminal shows it). ``readable`` are paths the command
-    must be able to read even if a directory above them is closed to the sandbox uid (e.g. a
-    Python installation under /root); they stay read-only. ``hidden`` are folders replaced by
-    an empty read-only tmpfs inside the sandbox [hidden_paths] (the workspace and ``readable``
-    paths below them stay visible); symlinks and missing folders are skipped.
-    """
-    if not argv:
-        raise SandboxError("run_sandboxed needs a command: argv is empty")
-    workspace = Path(workspace).resolve()
-    if not workspace.is_dir():
-        raise SandboxError(f"workspace {workspace} is not a directory; create it first "
-                           "(arft.sandbox.create_workspace)")
-    report_r, report_w = os.pipe()
-    cmd, launch_env = sandbox_command(argv, workspace, limits, report_w, env=env,
-                                      readable=readable, hidden=hidden)
-    start = time.monotonic()
-    try:
-        transport, protocol, proc = await _spawn(cmd, stdin is not None, merge_stderr,
-                                                 launch_env, report_w)
-    except BaseException:
-        os.close(report_r)
-        raise
-    finally:
-        os.close(report_w)
-    out, err = _Capture(limits.max_output_chars), _Capture(limits.max_output_chars)
-    readers = [asyncio.ensure_future(out.consume(proc.stdout)),
-               asyncio.ensure_future(err.consume(proc.stderr)),
-               asyncio.ensure_future(_feed_stdin(proc, stdin))]
-    try:
-        timed_out = await _wait_exit(protocol, proc.pid, limits.timeout_s)
-    except BaseException:  # cancelled: never leave the command running
-        _kill_group(proc.pid)
-        await asyncio.shield(asyncio.ensure_future(_finish(transport, protocol, readers)))
-        raise
-    else:
-        await _finish(transport, protocol, readers)
-    finally:
-        report = _read_report(report_r)
-        os.close(report_r)
-    return _result(transport.get_returncode(), report, out, err, timed_out,
-                   time.monotonic() - start)
-
-
-def _result(returncode: int | None, report: dict[str, Any], out: _Capture, err: _Capture,
-            timed_out: bool, duration_s: float) -> SandboxResult:
-    # The command's own status (from the sandbox's init) wins over the launcher's.
-    if timed_out:
-        exit_code = -signal.SIGKILL
-    elif "command_exit" in report or "command_signal" in report:
-        exit_code = int(report.get("command_exit", -report.get("command_signal", 0)))
-    elif "exit" in report or "signal" in report:
-        exit_code = int(report.get("exit", -report.get("signal", 0)))
-    else:
-        exit_code = returncode if returncode is not None else -signal.SIGKILL
-    stdout, t_out = out.text()
-    stderr, t_err = err.text()
-    return SandboxResult(
-        exit_code=exit_code, stdout=stdout, stderr=stderr, timed_out=timed_out,
-        killed_reason=_killed_reason(exit_code, timed_out), truncated=t_out or t_err,
-        duration_s=duration_s, isolation=tuple(report.get("isolation", ())),
-        error=report.get("error"))
-
-
-def sandbox_command(argv: list[str], workspace: Path, limits: SandboxLimits, report_fd: int, *,
-                    env: dict[str, str] | None = None, readable: Sequence[Path] = (),
-                    hidden: Sequence[Path] = ()) -> tuple[list[str], dict[str, str]]:
-    """The launcher command line and environment that run ``argv`` sandboxed in ``workspace``.
-
-    ``run_sandboxed`` is the one-shot form; this is for a long-lived sandboxed worker that talks
-    over its own pipes (its stdin/stdout/stderr are the command's). Start the command with
-    ``cwd="/"``, the returned environment and ``pass_fds=(report_fd,)``; the launcher writes JSON
-    lines on ``report_fd`` (``{"isolation": [...]}`` before the command starts, ``{"error"}`` when
-    it cannot start it). ``limits.timeout_s`` is not enforced here: stop the worker with
-    ``kill_sandbox(pid)``.
-    """
-    workspace = Path(workspace).resolve()
-    config = _launch_config(workspace, limits, report_fd, readable, env, hidden)
-    cmd = [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(config), "--", *argv]
-    return cmd, _clean_env(workspace, env)
-
-
-def kill_sandbox(pid: int) -> None:
-    """SIGKILL a sandbox started from ``sandbox_command`` (``pid``: the launcher's): the launcher,
-    the sandbox's init and, with a pid namespace, every process inside it."""
-    _kill_group(pid)
 
 
 async def probe_isolation(scratch: Path) -> tuple[str, ...]:

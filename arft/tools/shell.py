@@ -14,7 +14,7 @@ import shutil
 from typing import Any
 
 from arft.config import ShellToolSpec
-from arft.sandbox.process import SandboxError, SandboxLimits, run_sandboxed
+from arft.sandbox import SandboxError, SandboxLimits, run_sandboxed
 from arft.tools.base import ToolContext, ToolOutcome, function_tool_schema
 
 DEFAULT_DESCRIPTION = (

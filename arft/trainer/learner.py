@@ -13,7 +13,7 @@ import warnings
 from dataclasses import asdict
 from typing import Any, Iterator
 
-from arft.config import TrainingSpec
+from arft.config import TrainingSpec, auto
 from arft.models.loading import bf16_is_fast
 from arft.records import TrainBatch
 from arft.trainer.batching import micro_batches, Tensors
@@ -58,8 +58,7 @@ class Learner:
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=spec.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: _lr_factor(step, spec, max(total_steps, 1)))
-        self.loss_cfg = LossConfig(clip_eps=spec.clip_eps, clip_eps_high=spec.clip_eps_high,
-                                   kl_coef=spec.kl_coef, tis_cap=spec.tis_cap, temperature=temperature)
+        self.loss_cfg = LossConfig.from_spec(spec, temperature)
         self._ref: Any = None
         if spec.kl_coef > 0 and spec.finetune == "full":
             import copy
@@ -105,8 +104,7 @@ class Learner:
         import torch
 
         device = next(self.policy.parameters()).device.type
-        wanted = self.spec.bf16_autocast
-        if wanted is True or (wanted == "auto" and bf16_is_fast(device)):
+        if auto.bf16_autocast(self.spec.bf16_autocast, lambda: bf16_is_fast(device)):
             return torch.autocast(device, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 

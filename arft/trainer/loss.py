@@ -13,21 +13,31 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from arft.config import TrainingSpec
     from arft.trainer.batching import Tensors
 
 
 @dataclass(frozen=True)
 class LossConfig:
-    clip_eps: float = 0.2
+    """The loss's settings, built by ``from_spec`` from ``job.training`` (its defaults and
+    documentation live in ``arft.config.TrainingSpec``) and the sampling temperature."""
+
+    clip_eps: float
     """PPO clip range of the ratio against the logprobs at sampling time."""
-    clip_eps_high: float | None = None
+    clip_eps_high: float | None
     """Upper clip (DAPO 'clip-higher'); ``None`` = ``clip_eps``."""
-    kl_coef: float = 0.0
+    kl_coef: float
     """Weight of the k3 KL estimate to the reference policy (0 = no reference pass)."""
-    tis_cap: float = 2.0
+    tis_cap: float
     """Truncation of the importance weight trainer/engine logprobs (engine precision differs)."""
-    temperature: float = 1.0
+    temperature: float
     """The sampling temperature: logprobs are of logits / temperature, as the engine records."""
+
+    @classmethod
+    def from_spec(cls, spec: TrainingSpec, temperature: float) -> LossConfig:
+        """The loss settings of ``spec`` (``job.training``); ``temperature`` is ``job.sampling``'s."""
+        return cls(clip_eps=spec.clip_eps, clip_eps_high=spec.clip_eps_high, kl_coef=spec.kl_coef,
+                   tis_cap=spec.tis_cap, temperature=temperature)
 
 
 def _split(model: Any) -> tuple[Any, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arft.sandbox.pool import CallLimits, SandboxedFunction, run_fresh
+from arft.sandbox import CallLimits, SandboxedFunction, run_fresh
 from arft.tools.base import ToolContext
 
 HARNESS = Path(__file__).resolve().with_name("harness.py")

@@ -25,7 +25,7 @@ from arft.tracing.store import RunStore  # noqa: E402
 
 
 def main(path: str) -> None:
-    formula = parse_formula(load_job(HERE / "job.yaml").rl.grader["calculate_output"])
+    formula = parse_formula(load_job(HERE / "job.yaml").rl.grader_dict["calculate_output"])
     with RunStore(path) as store:
         for run in store.runs():
             if run["kind"] != "eval":

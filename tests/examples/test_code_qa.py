@@ -114,7 +114,7 @@ async def test_grader_gives_partial_credit(answer: str, expected: float | None) 
 
 def test_job_validates_with_budget_and_bounded_tools() -> None:
     job = load_job(EXAMPLE / "job.yaml")
-    assert job.rl.grader["name"] == "fact_recall" and job.rl.grader.get("mode") == "string"
+    assert job.rl.grader_dict["name"] == "fact_recall" and job.rl.grader_dict.get("mode") == "string"
     assert sorted(t.function for t in job.rl.tools) == ["tools.py:read", "tools.py:search"]
     assert job.budget.soft_limit is not None and job.budget.kind == "linear"
     # a long tail is possible (> 8 calls), so the budget has something to cut

@@ -51,7 +51,7 @@ def judge_url() -> Iterator[str]:
 
 def job_with_judge(url: str) -> JobSpec:
     job = load_job(EXAMPLE / "job.yaml")
-    rl = job.rl.model_copy(update={"grader": {**job.rl.grader, "base_url": url}})
+    rl = job.rl.model_copy(update={"grader": job.rl.grader.model_copy(update={"base_url": url})})
     return job.model_copy(update={"method": job.method.model_copy(update={"reinforcement": rl})})
 
 
@@ -140,7 +140,7 @@ async def test_run_benchmark_runs_the_candidate_in_the_sandbox() -> None:
 def test_job_is_valid_and_metrics_count_hacks() -> None:
     job = load_job(EXAMPLE / "job.yaml")
     assert [t.function for t in job.rl.tools] == ["tools.py:run_benchmark"]
-    assert job.training.eval_tasks == 16 and job.rl.grader["name"] == "judge_hack_check"
+    assert job.training.eval_tasks == 16 and job.rl.grader.name == "judge_hack_check"
     metrics = module("bench_metrics").metrics
     from arft.records import Score
 

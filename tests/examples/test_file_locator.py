@@ -123,7 +123,7 @@ async def test_tools_on_a_real_workspace(tmp_path: Path) -> None:
 
 def test_job_validates_and_every_row_has_its_repository() -> None:
     job = load_job(EXAMPLE / "job.yaml")
-    assert job.rl.grader["name"] == "set_f1" and job.budget.soft_limit == 3
+    assert job.rl.grader.name == "set_f1" and job.budget.soft_limit == 3
     assert job.training.eval_tasks == 16 and job.rollout.tool_choice == "required"
     for split in ("train.jsonl", "validation.jsonl", "train_10.jsonl"):
         for task in load_tasks(EXAMPLE / split):

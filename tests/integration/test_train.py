@@ -11,7 +11,7 @@ import torch
 
 from arft.config import load_job
 from arft.records import Score
-from arft.trainer.export import merge_run
+from arft.trainer.merge import merge_run
 from arft.app.train import train
 
 

@@ -50,7 +50,7 @@ def load_data(job: JobSpec, traffic: Path | None = None) -> DoctorData:
 def check_fields(job: JobSpec, data: DoctorData) -> Check:
     """Every row of every split has every item field the grader reads (``{{ item.* }}``
     templates, ``item["key"]`` in a python grader)."""
-    reads = item_reads(job.rl.grader, job.base_dir)
+    reads = item_reads(job.rl.grader_dict, job.base_dir)
     missing: dict[str, list[str]] = defaultdict(list)
     n_rows = n_bad = 0
     for split, tasks in data.splits().items():
@@ -106,8 +106,9 @@ async def check_tools(job: JobSpec, data: DoctorData) -> Check:
 
 def check_grader(job: JobSpec) -> Check:
     """The grader spec builds, its templates parse and a python grader defines grade()."""
-    problems = validate_grader(job.rl.grader, job.base_dir)
-    name = f"{job.rl.grader.get('type')} grader {job.rl.grader.get('name', '')!r}"
+    spec = job.rl.grader_dict
+    problems = validate_grader(spec, job.base_dir)
+    name = f"{spec.get('type')} grader {spec.get('name', '')!r}"
     done = partial(_check, "task.grader", threshold="no problem")
     if not problems:
         return done(verdict="pass", measured=f"{name} is valid")

@@ -21,8 +21,8 @@ def designs() -> dict[str, str]:
         "fact_recall": "arft.graders.builtins.fact_recall:build",
         "tests_pass": "arft.graders.builtins.tests_pass:build",
         "style_penalty": "arft.graders.builtins.style:build",
-        "verification_bonus": "arft.graders.builtins.process:build_verification_bonus",
-        "tool_budget": "arft.graders.builtins.process:build_tool_budget",
+        "verification_bonus": "arft.graders.builtins.trajectory_rewards:build_verification_bonus",
+        "tool_budget": "arft.graders.builtins.trajectory_rewards:build_tool_budget",
         "ast_guard": "arft.graders.builtins.ast_guard:build",
         "judge_hack_check": "arft.graders.builtins.judge_hack:build",
     }

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from arft.graders.builtins.ast_model import IMPORT_FUNCS, NOFOLD, Context, norm
+from arft.graders.builtins.ast_fold import NOFOLD
+from arft.graders.builtins.ast_model import IMPORT_FUNCS, Context, norm
 
 PATTERNS: dict[str, str] = {
     "unparseable": "the code is not valid Python (or too deeply nested to analyse)",

@@ -40,10 +40,10 @@ containers of 2+ items); a container holding 3+ expected outputs (or 2 with one 
 a lookup table. A ``protected_paths`` entry ending in ``/`` is a folder matched as whole path
 components; any other entry matches as a substring of the path.
 
-The analysis lives in three modules: ``ast_model`` (the code model: name resolution and safe
-constant folding), ``ast_checks`` (the patterns and the checks on names, calls and writes) and
-``ast_logic`` (the checks on definitions, values and control flow). This one holds the job spec,
-the grader, ``analyze`` and ``run_checks``.
+The analysis lives in four modules: ``ast_model`` (the code model: name resolution),
+``ast_fold`` (safe constant folding), ``ast_checks`` (the patterns and the checks on names,
+calls and writes) and ``ast_logic`` (the checks on definitions, values and control flow). This
+one holds the job spec, the grader, ``analyze`` and ``run_checks``.
 
 Known blind spots (static analysis cannot be complete; pair this with ``tests_pass`` and
 ``judge_hack_check``):

@@ -16,7 +16,8 @@ import re
 from typing import Any, Callable, Iterable, Iterator
 
 from arft.graders.builtins.ast_checks import Finding, Options, line_of, short
-from arft.graders.builtins.ast_model import NOFOLD, Context, norm, own_nodes, scope_statements
+from arft.graders.builtins.ast_fold import NOFOLD
+from arft.graders.builtins.ast_model import Context, norm, own_nodes, scope_statements
 
 _EXIT_FUNCS = frozenset({"sys.exit", "exit", "quit", "os._exit", "posix._exit", "os.abort",
                          "os.kill", "os.killpg", "signal.raise_signal", "pytest.exit",

@@ -53,7 +53,7 @@ from arft.graders.base import GraderError, validate_spec
 from arft.graders.templates import PLACEHOLDER, TemplateError, render_template, resolve
 from arft.records import Score
 from arft.sandbox import SandboxError, SandboxLimits, SandboxResult, remove_workspace, run_sandboxed
-from arft.sandbox.process import DEFAULT_PATH
+from arft.sandbox.command import DEFAULT_PATH
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SUMMARY = re.compile(r"^=*\s*(?P<body>(?:\d+ [a-z]+)(?:, \d+ [a-z]+)*|no tests ran)"

@@ -44,8 +44,9 @@ over budget, clipped at 0. ``count``: ``executed`` (default: calls that ran, as 
 counts them — refused and unparseable calls excluded) or ``all`` (every record). Flag
 ``budget:over``; ``sub_scores``: ``n_calls``.
 
-Inside python graders: ``from arft.graders.builtins.process import verification_report,
-budget_score, count_tool_calls`` (they take ``sample["trajectory"]["tool_calls"]`` dicts).
+Inside python graders: ``from arft.graders.builtins.trajectory_rewards import
+verification_report, budget_score, count_tool_calls`` (they take
+``sample["trajectory"]["tool_calls"]`` dicts).
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
-from arft.config import load_job
+from arft.config import JobError, load_job
 from arft.records import Message, Rollout, Score, ToolCallRecord, new_trace_id
 from arft.app.doctor import Check, DoctorReport, load_data, run_doctor
 from arft.app.doctor.reward_checks import check_pass_at_k, check_variance
@@ -124,12 +125,16 @@ async def test_a_row_naming_a_missing_tool_fails(tmp_path: Path) -> None:
 
 
 async def test_an_invalid_grader_fails_and_skips_the_audit(tmp_path: Path) -> None:
+    # A schema error (operation: contains) already stops load_job, naming file and line; the
+    # doctor's check finds what the schema cannot: templates that do not resolve.
     bad = {"type": "string_check", "name": "x", "input": "{{ sample.output_txt }}",
-           "reference": "{{ item.answer }}", "operation": "contains"}
+           "reference": "{{ sample.output_jsn }}", "operation": "eq"}
+    with pytest.raises(JobError, match="operation"):
+        load_job(write_job(tmp_path, *good_rows(), grader={**bad, "operation": "contains"}))
     checks = await static(write_job(tmp_path, *good_rows(), grader=bad))
     c = checks["task.grader"]
     assert c.verdict == "fail" and len(c.details) >= 2
-    assert any("output_txt" in d for d in c.details) and any("operation" in d for d in c.details)
+    assert any("output_txt" in d for d in c.details) and any("output_jsn" in d for d in c.details)
     assert checks["reward.hacks"].verdict == "skip" and "task.grader" in checks["reward.hacks"].measured
 
 

@@ -18,6 +18,7 @@ from arft.engines.base import SamplingParams
 from arft.engines.transformers_engine import TransformersEngine
 from arft.models.chat import ChatFormat
 from arft.records import Message
+from tests.specs import sampling
 from tests.unit.engines.test_transformers_engine import varied_model
 
 TOOLS = [{"type": "function", "function": {"name": "lookup_sku", "parameters": {
@@ -60,8 +61,7 @@ def setup(model: Any, tokenizer: Any, request: str, choice: str, temperature: fl
     fmt = ChatFormat(tokenizer, worked_example=False)
     rendered = fmt.render_prompt([Message(role="user", content=request)], TOOLS, choice)
     grammar = fmt.tool_grammar(TOOLS, constrain_all=True).with_prefill(rendered.prefill)
-    params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, stop=fmt.stop,
-                            grammar=grammar)
+    params = sampling(temperature=temperature, max_new_tokens=max_new_tokens, stop=fmt.stop, grammar=grammar)
     return Setup(engine, fmt, rendered, grammar, params)
 
 
@@ -133,7 +133,7 @@ def test_a_named_tool_choice_starts_the_grammar_inside_that_call(model: Any, tok
 def test_requests_without_a_grammar_share_the_batch_unconstrained(model: Any, tokenizer: Any) -> None:
     s = setup(model, tokenizer, "Hi", "required", 0.0, 10)
     engine, rendered, grammar = s.engine, s.rendered, s.grammar
-    plain = SamplingParams(temperature=0.0, max_new_tokens=10)
+    plain = sampling(temperature=0.0, max_new_tokens=10)
 
     async def run() -> tuple[Any, Any, Any]:
         alone = await engine.generate(rendered.ids, plain)

@@ -10,10 +10,11 @@ from typing import Any, AsyncIterator
 import pytest
 import torch
 
-from arft.engines.base import EngineError, Generation, SamplingParams, TokenEngine
+from arft.engines.base import EngineError, Generation, TokenEngine
 from arft.engines.transformers_engine import TransformersEngine
+from tests.specs import sampling
 
-GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
+GREEDY = sampling(temperature=0.0, max_new_tokens=12)
 
 
 def varied_model(tokenizer: Any, seed: int = 0) -> Any:
@@ -72,7 +73,7 @@ async def test_is_a_token_engine(engine: TransformersEngine) -> None:
 
 async def test_tokens_and_logprobs_aligned(tiny_model: Any, tokenizer: Any) -> None:
     engine = TransformersEngine(tiny_model, tokenizer)
-    gen = await engine.generate(prompts(1)[0], SamplingParams(temperature=1.0, max_new_tokens=9, seed=1))
+    gen = await engine.generate(prompts(1)[0], sampling(temperature=1.0, max_new_tokens=9, seed=1))
     await engine.aclose()
     assert len(gen.token_ids) == len(gen.logprobs) == 9
     assert gen.finish_reason == "length"
@@ -92,7 +93,7 @@ async def test_greedy_batched_equals_unbatched_and_hf(engine: TransformersEngine
 
 async def test_logprobs_match_teacher_forcing(engine: TransformersEngine, model: Any) -> None:
     ps = prompts(4, seed=3)
-    params = [SamplingParams(temperature=t, top_p=p, top_k=k, max_new_tokens=10, seed=i)
+    params = [sampling(temperature=t, top_p=p, top_k=k, max_new_tokens=10, seed=i)
               for i, (t, p, k) in enumerate([(1.0, 1.0, 0), (0.7, 0.9, 0), (1.3, 1.0, 50), (0.0, 1.0, 0)])]
     gens = await asyncio.gather(*(engine.generate(p, sp) for p, sp in zip(ps, params)))
     for p, sp, gen in zip(ps, params, gens):
@@ -113,7 +114,7 @@ async def test_concurrent_requests_share_forward_passes(engine: TransformersEngi
 async def test_finished_rows_leave_the_batch(engine: TransformersEngine) -> None:
     ps = prompts(3, seed=11)
     lengths = [2, 5, 9]
-    gens = await asyncio.gather(*(engine.generate(p, SamplingParams(temperature=0, max_new_tokens=n))
+    gens = await asyncio.gather(*(engine.generate(p, sampling(temperature=0, max_new_tokens=n))
                                   for p, n in zip(ps, lengths)))
     assert [len(g.token_ids) for g in gens] == lengths
     assert {g.finish_reason for g in gens} == {"length"}
@@ -128,7 +129,7 @@ async def test_late_request_joins_running_batch(engine: TransformersEngine, mode
     rng = random.Random(running_len)
     long_p = [rng.randrange(3, 49152) for _ in range(running_len)]
     short_p = [rng.randrange(3, 49152) for _ in range(late_len)]
-    long_task = asyncio.create_task(engine.generate(long_p, SamplingParams(temperature=0, max_new_tokens=60)))
+    long_task = asyncio.create_task(engine.generate(long_p, sampling(temperature=0, max_new_tokens=60)))
     while engine.stats.decode_steps < 3:  # the long row is decoding
         await asyncio.sleep(0.001)
     short = await engine.generate(short_p, GREEDY)
@@ -141,10 +142,10 @@ async def test_late_request_joins_running_batch(engine: TransformersEngine, mode
 
 async def test_seed_reproducible_regardless_of_batch(engine: TransformersEngine) -> None:
     p, *others = prompts(4, seed=9)
-    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=123)
+    params = sampling(temperature=1.0, max_new_tokens=8, seed=123)
     alone = await engine.generate(p, params)
     together = await asyncio.gather(engine.generate(p, params),
-                                    *(engine.generate(o, SamplingParams(max_new_tokens=8)) for o in others))
+                                    *(engine.generate(o, sampling(max_new_tokens=8)) for o in others))
     assert together[0].token_ids == alone.token_ids
     other_seed = await engine.generate(p, params.model_copy(update={"seed": 124}))
     assert other_seed.token_ids != alone.token_ids
@@ -153,13 +154,13 @@ async def test_seed_reproducible_regardless_of_batch(engine: TransformersEngine)
 async def test_top_k_one_is_greedy(engine: TransformersEngine) -> None:
     p = prompts(1, seed=2)[0]
     greedy = await engine.generate(p, GREEDY)
-    top1 = await engine.generate(p, SamplingParams(temperature=1.0, top_k=1, max_new_tokens=12))
+    top1 = await engine.generate(p, sampling(temperature=1.0, top_k=1, max_new_tokens=12))
     assert top1.token_ids == greedy.token_ids
 
 
 async def test_stop_string_ends_row_and_keeps_tokens(engine: TransformersEngine, tokenizer: Any) -> None:
     p = prompts(1, seed=4)[0]
-    params = SamplingParams(temperature=1.0, max_new_tokens=20, seed=7)
+    params = sampling(temperature=1.0, max_new_tokens=20, seed=7)
     free = await engine.generate(p, params)
     stop = tokenizer.decode(list(free.token_ids[5:7]))  # text spanning two sampled tokens
     end = next(j for j in range(1, 21) if stop in tokenizer.decode(list(free.token_ids[:j])))
@@ -173,7 +174,7 @@ async def test_stop_unless_followed_by(engine: TransformersEngine, tokenizer: An
     """A stop is cancelled when the continuation string follows it, kept (look-ahead dropped)
     when something else follows: how a turn keeps several tool calls (parallel calls)."""
     p = prompts(1, seed=4)[0]
-    params = SamplingParams(temperature=1.0, max_new_tokens=20, seed=7)
+    params = sampling(temperature=1.0, max_new_tokens=20, seed=7)
     free = await engine.generate(p, params)
     stop = tokenizer.decode(list(free.token_ids[5:7]))
     end = next(j for j in range(1, 21) if stop in tokenizer.decode(list(free.token_ids[:j])))
@@ -207,7 +208,7 @@ def eos_model(tokenizer: Any) -> Any:
 async def test_eos_finishes_and_is_kept(eos_model: Any, tokenizer: Any) -> None:
     eng = TransformersEngine(eos_model, tokenizer)
     try:
-        gen = await eng.generate(prompts(1)[0], SamplingParams(temperature=1.0, max_new_tokens=10))
+        gen = await eng.generate(prompts(1)[0], sampling(temperature=1.0, max_new_tokens=10))
     finally:
         await eng.aclose()
     assert gen.finish_reason == "eos"
@@ -217,7 +218,7 @@ async def test_eos_finishes_and_is_kept(eos_model: Any, tokenizer: Any) -> None:
 
 async def test_cancelled_request_does_not_block_others(engine: TransformersEngine) -> None:
     a, b = prompts(2, seed=8)
-    doomed = asyncio.create_task(engine.generate(a, SamplingParams(temperature=0, max_new_tokens=200)))
+    doomed = asyncio.create_task(engine.generate(a, sampling(temperature=0, max_new_tokens=200)))
     survivor = asyncio.create_task(engine.generate(b, GREEDY))
     while engine.stats.decode_steps < 2:
         await asyncio.sleep(0.001)
@@ -269,7 +270,7 @@ async def test_bad_input_and_closed_engine(tiny_model: Any, tokenizer: Any) -> N
         await eng.generate([], GREEDY)
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
         await eng.generate([1, 10**7], GREEDY)
-    empty = await eng.generate([1, 2, 3], SamplingParams(max_new_tokens=0))
+    empty = await eng.generate([1, 2, 3], sampling(max_new_tokens=0))
     assert empty.token_ids == () and empty.finish_reason == "length"
     await eng.aclose()
     with pytest.raises(EngineError, match="closed"):
@@ -320,7 +321,7 @@ async def test_staggered_mixed_requests_match_hf(model: Any, tokenizer: Any) -> 
     tasks = []
     try:
         for p, n in zip(ps, lengths):
-            tasks.append(asyncio.create_task(eng.generate(p, SamplingParams(temperature=0, max_new_tokens=n))))
+            tasks.append(asyncio.create_task(eng.generate(p, sampling(temperature=0, max_new_tokens=n))))
             for _ in range(rng.randrange(0, 4)):
                 await asyncio.sleep(0.002)
         gens = await asyncio.gather(*tasks)

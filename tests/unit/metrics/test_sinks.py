@@ -86,3 +86,63 @@ def test_a_configured_sink_that_is_not_installed_is_an_error(tmp_path: Path,
     monkeypatch.setitem(sys.modules, "mlflow.tracking", None)
     with pytest.raises(TrackingError, match="arft\\[tracking\\]"):
         open_sinks(job(tensorboard=False, mlflow=MlflowSpec().model_dump()), tmp_path)
+
+
+def test_store_and_jsonl_sinks_get_the_same_row(tmp_path: Path) -> None:
+    import json
+    import math
+
+    from arft.metrics.sinks import JsonlSink, StoreSink, log_all
+    from arft.tracing.run_dir import RunDir
+    from arft.tracing.store import RunStore
+
+    with RunStore(RunDir(tmp_path).store) as store:
+        store.create_run("train", "train", {})
+        store.create_run("other", "eval", {})
+        sinks = open_sinks(job(tensorboard=False), tmp_path, store, "train")
+        assert [type(s) for s in sinks] == [StoreSink, JsonlSink]
+        row = {"train/reward_mean": 0.25, "update/tokens": 12.0, "eval/pass@4": 1.0, "eval/reward_mean": float("nan")}
+        log_all(sinks, 3, row)
+        log_all(sinks, 4, {"train/reward_mean": 0.5})
+        close_sinks(sinks)
+        stored = store.metrics("train")
+        assert store.metrics("other") == []  # under the run id it was given only
+    lines = [json.loads(x) for x in RunDir(tmp_path).metrics.read_text().splitlines()]
+    assert lines[0]["step"] == 3 and set(lines[0]) == {"step", *row}
+    assert lines[1] == {"step": 4, "train/reward_mean": 0.5}
+    from_store: dict[int, dict[str, float]] = {}
+    for r in stored:
+        from_store.setdefault(r["step"], {})[r["name"]] = r["value"]
+    # a value-less metric may be written as NaN or null; either way it must not read as a number
+    from_jsonl = {line["step"]: {k: math.nan if v is None else v for k, v in line.items() if k != "step"}
+                  for line in lines}
+    assert from_store.keys() == from_jsonl.keys() == {3, 4}
+    for step, values in from_jsonl.items():
+        assert from_store[step].keys() == values.keys()
+        for name, v in values.items():  # the same values; NaN stays NaN in both, never 0
+            assert (math.isnan(v) and math.isnan(from_store[step][name])) or from_store[step][name] == v
+    assert math.isnan(from_store[3]["eval/reward_mean"])
+
+
+def test_without_a_store_no_store_or_jsonl_sink(tmp_path: Path) -> None:
+    from arft.metrics.sinks import JsonlSink, StoreSink, log_all
+
+    sinks = open_sinks(job(tensorboard=False), tmp_path)
+    assert not any(isinstance(s, (StoreSink, JsonlSink)) for s in sinks)
+    log_all(sinks, 1, {"train/reward_mean": 0.5})
+    close_sinks(sinks)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_metrics_jsonl_is_strict_json_even_with_nan(tmp_path: Path) -> None:
+    import json
+
+    from arft.metrics.sinks import JsonlSink
+
+    def strict(constant: str) -> float:
+        raise ValueError(f"{constant} is not JSON")
+
+    JsonlSink(tmp_path / "metrics.jsonl").log(2, {"train/task_reward_mean": float("nan"), "update/tokens": 3.0})
+    row = json.loads((tmp_path / "metrics.jsonl").read_text(), parse_constant=strict)
+    assert row["step"] == 2 and row["update/tokens"] == 3.0
+    assert row.get("train/task_reward_mean") != 0  # no value must not read as a zero

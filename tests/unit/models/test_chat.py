@@ -8,14 +8,8 @@ from typing import Any
 
 import pytest
 
-from arft.models.chat import (
-    ChatFormat,
-    ChatFormatError,
-    Rendered,
-    detect_family,
-    hermes_tool_block,
-    normalize_tool,
-)
+from arft.models.chat import ChatFormat, Rendered, detect_family
+from arft.models.tool_prompt import ChatFormatError, hermes_tool_block, normalize_tool
 from arft.models.toolcalls import format_tool_call
 from arft.records import FunctionCall, Message, ToolCall
 

@@ -9,15 +9,15 @@ from typing import Any, Literal
 import pytest
 import torch
 
-from arft.engines.base import SamplingParams
 from arft.engines.scripted import ScriptedEngine
 from arft.engines.transformers_engine import TransformersEngine
 from arft.models.chat import ChatFormat
 from arft.records import Message, Task
 from arft.rollout.conversation import TokenConversation
-from arft.rollout.loop import RolloutLimits, run_rollout
+from arft.rollout.loop import run_rollout
 from arft.rollout.runner import constrained_tool_calls
 from arft.tools.python_fn import PythonTool
+from tests.specs import limits, sampling
 from tests.unit.engines.test_transformers_engine import varied_model
 
 
@@ -46,13 +46,13 @@ def rollout_of(engine: Any, tokenizer: Any, tool: PythonTool, constrain: bool, s
     if strict:
         schema = {"type": "function", "function": {**schema["function"], "strict": True}}
     conv = TokenConversation(engine, ChatFormat(tokenizer, worked_example=False),
-                             SamplingParams(temperature=1.0, max_new_tokens=48), max_tokens=2048,
+                             sampling(temperature=1.0, max_new_tokens=48), max_tokens=2048,
                              tool_choice="required", seed=seed, constrain=constrain)
     task = Task(id="t", messages=(Message(role="user", content="Open the north shelf, level 2."),),
                 tools=(schema,))
     import asyncio
 
-    return asyncio.run(run_rollout(conv, task, {tool.name: tool}, RolloutLimits(max_turns=2)))
+    return asyncio.run(run_rollout(conv, task, {tool.name: tool}, limits(max_turns=2)))
 
 
 @pytest.mark.parametrize("constrain, strict", [(True, False), (False, True)])

@@ -14,9 +14,10 @@ from arft.engines.scripted import ScriptedEngine
 from arft.models.chat import ChatFormat
 from arft.records import Message, Task
 from arft.rollout.conversation import TokenConversation
-from arft.rollout.loop import RolloutLimits, run_rollout
+from arft.rollout.loop import run_rollout
 from arft.tools.base import ToolContext, ToolOutcome
 from arft.tools.python_fn import PythonTool
+from tests.specs import limits, sampling
 
 EOS = "<|im_end|>"
 
@@ -36,7 +37,7 @@ def task(**kw: Any) -> Task:
 
 
 def conv(engine: Any, tokenizer: Any, **kw: Any) -> TokenConversation:
-    return TokenConversation(engine, ChatFormat(tokenizer), SamplingParams(max_new_tokens=200),
+    return TokenConversation(engine, ChatFormat(tokenizer), sampling(max_new_tokens=200),
                              max_tokens=kw.pop("max_tokens", 4096), **kw)
 
 
@@ -66,7 +67,7 @@ async def test_three_turns_keep_tokens_and_mask(tokenizer: Any, secret_tools: An
                call("add", a=2, b=3) + "\n" + call("lookup", key="beta"),
                "The code is ready." + EOS]
     engine = scripted(tokenizer, replies)
-    r = await run_rollout(conv(engine, tokenizer), task(), tools, RolloutLimits())
+    r = await run_rollout(conv(engine, tokenizer), task(), tools, limits())
     assert r.status == "ok" and r.finish_reason == "answer" and r.n_turns == 3
     assert [c.name for c in r.tool_calls] == ["lookup", "add", "lookup"]
     assert token in r.tool_calls[0].output and f"trace={r.trace_id}" in r.tool_calls[0].output
@@ -90,7 +91,7 @@ async def test_malformed_call_is_shown_and_counted(tokenizer: Any, secret_tools:
     tools, _ = secret_tools
     replies = ['<tool_call>\n{"name": "lookup", "arguments": {"key": }\n</tool_call>',
                call("lookup", key="alpha"), "done" + EOS]
-    r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(), tools, RolloutLimits())
+    r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(), tools, limits())
     assert r.parse_errors == 1 and r.status == "ok"
     assert r.tool_calls[0].status == "parse_error" and r.tool_calls[0].error
     assert "could not be parsed" in (r.messages[2].content or "")
@@ -100,7 +101,7 @@ async def test_malformed_call_is_shown_and_counted(tokenizer: Any, secret_tools:
 async def test_unknown_tool_is_a_tool_error(tokenizer: Any, secret_tools: Any) -> None:
     tools, _ = secret_tools
     replies = [call("delete_everything"), "ok" + EOS]
-    r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(), tools, RolloutLimits())
+    r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(), tools, limits())
     assert r.tool_calls[0].status == "tool_error" and "unknown tool" in r.tool_calls[0].output
 
 
@@ -109,7 +110,7 @@ async def test_task_tools_limit_the_job_tools(tokenizer: Any, secret_tools: Any)
     only_add = (tools["add"].schema,)
     replies = [call("lookup", key="alpha"), "ok" + EOS]
     r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(tools=only_add), tools,
-                          RolloutLimits())
+                          limits())
     assert r.tool_calls[0].status == "tool_error" and "Available tools: add" in r.tool_calls[0].output
 
 
@@ -118,8 +119,8 @@ async def test_max_episode_steps(tokenizer: Any, secret_tools: Any, policy: str)
     tools, _ = secret_tools
     replies = [call("add", a=1, b=1) + call("add", a=1, b=2) + call("add", a=1, b=3),
                call("add", a=2, b=2), "four" + EOS]
-    limits = RolloutLimits(max_episode_steps=2, on_max_episode_steps=policy)  # type: ignore[arg-type]
-    r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(), tools, limits)
+    capped = limits(on_max_episode_steps=policy, max_episode_steps=2)
+    r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(), tools, capped)
     ran = [c for c in r.tool_calls if c.status == "ok"]
     assert len(ran) == 2
     if policy == "refuse":
@@ -132,7 +133,7 @@ async def test_max_episode_steps(tokenizer: Any, secret_tools: Any, policy: str)
 async def test_max_turns_truncates(tokenizer: Any, secret_tools: Any) -> None:
     tools, _ = secret_tools
     engine = ScriptedEngine(tokenizer, lambda _ids: call("add", a=1, b=1))
-    r = await run_rollout(conv(engine, tokenizer), task(), tools, RolloutLimits(max_turns=3))
+    r = await run_rollout(conv(engine, tokenizer), task(), tools, limits(max_turns=3))
     assert (r.status, r.finish_reason, r.n_turns) == ("truncated", "max_turns", 3)
 
 
@@ -140,7 +141,7 @@ async def test_token_budget_truncates(tokenizer: Any, secret_tools: Any) -> None
     tools, _ = secret_tools
     engine = ScriptedEngine(tokenizer, lambda _ids: call("lookup", key="k" * 50))
     c = conv(engine, tokenizer, max_tokens=700)
-    r = await run_rollout(c, task(), tools, RolloutLimits(max_turns=50))
+    r = await run_rollout(c, task(), tools, limits(max_turns=50))
     assert (r.status, r.finish_reason) == ("truncated", "max_tokens")
     assert len(r.token_ids) <= 700
 
@@ -159,7 +160,7 @@ class _InfraDown:
 async def test_infra_failure_ends_rollout(tokenizer: Any) -> None:
     replies = [call("lookup", key="a"), "never" + EOS]
     r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(), {"lookup": _InfraDown()},
-                          RolloutLimits())
+                          limits())
     assert r.status == "infra_failed" and "503" in (r.error or "")
 
 
@@ -172,7 +173,7 @@ async def test_wall_clock_timeout_keeps_partial_episode(tokenizer: Any) -> None:
     tools = {"slow": PythonTool.from_function(slow)}
     replies = [call("slow", seconds=30), "x" + EOS]
     r = await run_rollout(conv(scripted(tokenizer, replies), tokenizer), task(), tools,
-                          RolloutLimits(timeout_s=0.5))
+                          limits(timeout_s=0.5))
     assert (r.status, r.finish_reason) == ("truncated", "timeout")
     assert r.n_turns == 1 and r.token_ids
 
@@ -185,14 +186,14 @@ class _BrokenEngine(ScriptedEngine):
 async def test_engine_failure_is_infra_failed(tokenizer: Any, secret_tools: Any) -> None:
     tools, _ = secret_tools
     engine = _BrokenEngine(tokenizer, lambda _ids: "")
-    r = await run_rollout(conv(engine, tokenizer), task(), tools, RolloutLimits())
+    r = await run_rollout(conv(engine, tokenizer), task(), tools, limits())
     assert r.status == "infra_failed" and "out of memory" in (r.error or "")
 
 
 async def test_trace_ids_distinct_across_rollouts(tokenizer: Any, secret_tools: Any) -> None:
     tools, _ = secret_tools
     rs = [await run_rollout(conv(scripted(tokenizer, [call("lookup", key="a"), "x" + EOS]), tokenizer),
-                            task(), tools, RolloutLimits()) for _ in range(3)]
+                            task(), tools, limits()) for _ in range(3)]
     ids = {r.trace_id for r in rs}
     assert len(ids) == 3 and all(i.startswith("trace_") and len(i) == 38 for i in ids)
     for r in rs:

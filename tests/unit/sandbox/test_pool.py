@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from arft.sandbox import pool as pool_module
-from arft.sandbox.pool import (CallLimits, CallResult, SandboxedFunction, WarmPool,
-                               imported_modules, run_fresh)
+from arft.sandbox import CallLimits, CallResult, SandboxedFunction, WarmPool, run_fresh
+from arft.sandbox.zygote import Zygote, ZygoteStartFailed
 
 SOURCE = '''
 import os, subprocess, sys, time
@@ -186,9 +185,9 @@ def test_pool_follows_a_new_event_loop(tmp_path: Path) -> None:
 async def test_falls_back_to_a_fresh_process_when_a_zygote_cannot_start(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async def broken_start(self: object) -> None:
-        raise pool_module._StartFailed(CallResult("infra", error="no zygote here"))
+        raise ZygoteStartFailed(CallResult("infra", error="no zygote here"))
 
-    monkeypatch.setattr(pool_module._Zygote, "start", broken_start)
+    monkeypatch.setattr(Zygote, "start", broken_start)
     async with WarmPool(make(), 1, scratch_root=tmp_path) as pool:
         result = await pool.call("echo", 7)
     assert result.ok and result.value["arg"] == 7
@@ -205,10 +204,3 @@ async def test_fresh_mode(tmp_path: Path) -> None:
     assert raised.kind == "exception" and "RuntimeError: boom" in (raised.error or "")
     assert slow.kind == "timeout"
     assert list(tmp_path.iterdir()) == []
-
-
-def test_imported_modules() -> None:
-    source = "import os, numpy.linalg as la\nfrom scipy import stats\nfrom . import x\n" \
-             "def f():\n    import sympy\n"
-    assert imported_modules(source) == ("os", "numpy.linalg", "scipy", "sympy")
-    assert imported_modules("def (") == ()

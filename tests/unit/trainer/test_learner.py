@@ -11,7 +11,8 @@ from arft.config import TrainingSpec
 from arft.records import Rollout
 from arft.trainer.batching import micro_batches, to_train_batch
 from arft.trainer.learner import Learner, wrap_policy
-from arft.trainer.loss import LossConfig, policy_loss
+from arft.trainer.loss import policy_loss
+from tests.specs import loss_config
 
 
 def rollout(ids: list[int], mask: list[int], status: str = "ok") -> Rollout:
@@ -42,7 +43,7 @@ def test_micro_batches_pad_right_and_cover_everything() -> None:
 
 def test_loss_is_policy_gradient_at_ratio_one() -> None:
     lp = torch.tensor([-1.0, -2.0], requires_grad=True)
-    loss, stats = policy_loss(lp, lp.detach(), lp.detach(), torch.tensor([1.0, -1.0]), LossConfig())
+    loss, stats = policy_loss(lp, lp.detach(), lp.detach(), torch.tensor([1.0, -1.0]), loss_config())
     loss.backward()
     assert lp.grad is not None and lp.grad.tolist() == [-1.0, 1.0]  # raise good, lower bad tokens
     assert stats.tokens == 2 and stats.clipped == 0
@@ -51,17 +52,17 @@ def test_loss_is_policy_gradient_at_ratio_one() -> None:
 def test_loss_clips_and_truncates_importance_weights() -> None:
     lp = torch.tensor([0.0], requires_grad=True)
     old = torch.tensor([-1.0])  # ratio e > 1.2: clipped for a positive advantage
-    loss, stats = policy_loss(lp, old, old, torch.tensor([1.0]), LossConfig(clip_eps=0.2))
+    loss, stats = policy_loss(lp, old, old, torch.tensor([1.0]), loss_config(clip_eps=0.2))
     loss.backward()
     assert lp.grad is not None and lp.grad.item() == 0.0 and stats.clipped == 1
-    _, s2 = policy_loss(lp, torch.tensor([0.0]), torch.tensor([-5.0]), torch.tensor([1.0]), LossConfig(tis_cap=2.0))
+    _, s2 = policy_loss(lp, torch.tensor([0.0]), torch.tensor([-5.0]), torch.tensor([1.0]), loss_config(tis_cap=2.0))
     assert s2.tis_truncated == 1
 
 
 def test_kl_term_is_k3() -> None:
     lp = torch.tensor([-1.0], requires_grad=True)
     ref = torch.tensor([-2.0])
-    _, stats = policy_loss(lp, lp.detach(), lp.detach(), torch.tensor([0.0]), LossConfig(kl_coef=0.1), ref)
+    _, stats = policy_loss(lp, lp.detach(), lp.detach(), torch.tensor([0.0]), loss_config(kl_coef=0.1), ref)
     d = -1.0
     assert stats.kl == pytest.approx(torch.exp(torch.tensor(d)).item() - d - 1)
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from arft.graders.base import GraderError, build_sample
-from arft.graders.builtins.process import (VerifyRules, budget_score, classify_call,
-                                           count_tool_calls, verification_report)
+from arft.graders.builtins.trajectory_rewards import (VerifyRules, budget_score,
+                                                      classify_call, count_tool_calls,
+                                                      verification_report)
 from arft.graders.registry import build_grader
 from arft.records import Score, ToolCallRecord
 

@@ -69,7 +69,7 @@ def job_error(path: Path) -> str:
 def test_hosted_json_loads_unchanged(tmp_path: Path) -> None:
     job = load_job(write(tmp_path / "job.json", json.dumps(HOSTED)))
     assert (job.model, job.seed, job.suffix) == ("gpt-5-mini", 7, "lookup-agent")
-    assert job.rl.grader == GRADER
+    assert job.rl.grader_dict == GRADER
     assert job.rl.max_steps == 5
     (tool,) = job.rl.tools
     assert isinstance(tool, EndpointToolSpec)
@@ -107,7 +107,7 @@ def test_yaml_with_arft_sections(tmp_path: Path) -> None:
     assert job.sampling.temperature == 0.7 and job.sampling.max_new_tokens == 64
     assert job.rollout.max_turns == 4 and job.rollout.on_max_episode_steps == "end"
     assert job.budget.soft_limit == 3 and job.budget.penalty == 0.1
-    assert job.rl.grader["reference"] == "{{ item.answer }}"
+    assert job.rl.grader.type == "string_check" and job.rl.grader.reference == "{{ item.answer }}"
 
 
 def test_relative_paths_resolve_against_the_job_folder(
@@ -208,7 +208,7 @@ def test_grader_without_type(tmp_path: Path) -> None:
     path = write(tmp_path / "job.yaml", text)
     message = job_error(path)
     assert f"{path}:6: method.reinforcement.grader" in message
-    assert "a grader needs a 'type'" in message
+    assert "needs a 'type' (one of: builtin, endpoint, label_model, multi, python" in message
 
 
 def test_missing_file(tmp_path: Path) -> None:

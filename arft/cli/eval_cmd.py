@@ -1,0 +1,49 @@
+"""`arft eval JOB`: traced rollouts of every task of a split, graded, and a summary (the baseline).
+
+Thin command: load the job and the split, call ``arft.app.evaluate.evaluate``, print the summary
+with ``arft.report.summary.render_summary``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from arft.app.evaluate import evaluate
+from arft.cli.console import console, fail
+from arft.cli.progress import RolloutProgress
+from arft.config import JobError, load_job
+from arft.data.splits import load_split
+from arft.report.summary import render_summary
+from arft.tracing.run_dir import RunDir
+
+
+def eval_cmd(
+    job_file: Path = typer.Argument(..., help="Job spec (YAML or JSON, hosted Agent RFT shape)."),
+    split: str = typer.Option("validation", help="train | validation (falls back to train)."),
+    samples: Optional[int] = typer.Option(None, help="Rollouts per task (default: eval_samples)."),
+    limit: Optional[int] = typer.Option(None, help="Only the first N tasks."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default: runs/<job>-eval-<time>)."),
+) -> None:
+    """Run traced multi-turn rollouts of every task, grade them and print a summary (the baseline)."""
+    if split not in ("train", "validation"):
+        fail(f"--split must be train or validation, not '{split}'")
+    try:
+        job = load_job(job_file)
+        tasks = load_split(job, split, limit)  # type: ignore[arg-type]
+    except (JobError, ValueError) as e:
+        fail(str(e))
+    k = samples or job.rl.hyperparameters.resolved("eval_samples")
+    run_dir = RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "eval")
+    with RolloutProgress(console, total=len(tasks) * k) as progress:
+        try:
+            result = asyncio.run(evaluate(job, tasks, k, run_dir, on_status=progress.status,
+                                          on_done=progress.done, split=split))  # type: ignore[arg-type]
+        except ValueError as e:  # a dataset naming a tool the job lacks, a bad grader or tool spec
+            fail(str(e))
+    render_summary(result.summary, console)
+    console.print(f"\nrun stored in [bold]{result.run_dir.path}[/]  —  "
+                  f"inspect one rollout: arft show {result.run_dir.path} <trace_id>")

@@ -1,0 +1,147 @@
+"""Read a job file (YAML or JSON); every error names the file, the line and the field.
+
+A misspelt key gets a "did you mean" from the fields the model at that place really has, found
+by walking the spec's types along the error's location (through tool and grader unions, ``multi``
+children and lists), so the same holds inside a nested grader as at the top level.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import types
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from arft.config.job import JobSpec
+
+
+class JobError(ValueError):
+    """A job file that cannot be used; the message names the file, line and field."""
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML/JSON node at ``loc`` (or its nearest ancestor)."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = node.start_mark.line + 1 if node is not None else None
+    for depth, key in enumerate(loc):
+        if isinstance(node, yaml.MappingNode):
+            pair = next(((k, v) for k, v in node.value if k.value == key), None)
+            if pair is None:
+                return line
+            if depth == len(loc) - 1:  # the field itself: report the line of its key
+                return pair[0].start_mark.line + 1
+            node = pair[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            continue
+        line = node.start_mark.line + 1
+    return line
+
+
+def _members(ann: Any) -> list[Any]:
+    """The alternatives of a type: ``Annotated`` unwrapped, unions (nested ones too) flattened."""
+    origin = get_origin(ann)
+    if origin is Annotated:
+        return _members(get_args(ann)[0])
+    if origin is Union or origin is types.UnionType:
+        return [m for arg in get_args(ann) for m in _members(arg)]
+    return [ann]
+
+
+def _tags(model: type[BaseModel], field: str | None = None) -> set[Any]:
+    """Every value the ``Literal`` field ``field`` of ``model`` accepts (any Literal field's when
+    ``field`` is None): the tags that pick ``model`` out of a discriminated union."""
+    return {v for name, f in model.model_fields.items() if field in (None, name)
+            and get_origin(f.annotation) is Literal for v in get_args(f.annotation)}
+
+
+def _step(ann: Any, key: Any) -> tuple[Any, bool]:
+    """The type found at ``key`` inside ``ann``, and whether ``key`` is a union tag (a name
+    pydantic puts in an error's location that is no key of the document)."""
+    members = _members(ann)
+    models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+    if len(models) > 1:  # a discriminated union: pydantic names the chosen member by its tag
+        chosen = [m for m in models if key in _tags(m)]
+        return (Union[tuple(chosen)] if len(chosen) > 1 else chosen[0]) if chosen else Any, True
+    if models and isinstance(key, str) and key in models[0].model_fields:
+        return models[0].model_fields[key].annotation, False
+    for m in members:
+        if get_origin(m) is dict:
+            return get_args(m)[1], False
+        if get_origin(m) in (list, tuple) and isinstance(key, int):
+            return get_args(m)[0], False
+    return Any, False
+
+
+def _walk(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
+    """``loc`` without its union tags (the path in the document), and the type at its end."""
+    ann: Any = JobSpec
+    path = []
+    for key in loc:
+        ann, is_tag = _step(ann, key)
+        if not is_tag:
+            path.append(key)
+    return tuple(path), ann
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _message(error: Any, loc: tuple[Any, ...]) -> str:
+    """Pydantic's message, with the fields or tags arft knows at that place where it helps."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        holder = _members(_walk(loc[:-1])[1])
+        fields = [f for m in holder if isinstance(m, type) and issubclass(m, BaseModel)
+                  for f in m.model_fields]
+        return f"unknown field '{loc[-1]}'" + _suggest(str(loc[-1]), fields)
+    if kind == "union_tag_invalid":
+        tags = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+        return (f"unknown {ctx.get('discriminator')} '{ctx.get('tag')}'"
+                + _suggest(str(ctx.get("tag")), tags) + f"; one of: {', '.join(tags)}")
+    if kind == "union_tag_not_found":
+        key = str(ctx.get("discriminator", "")).strip("'")
+        tags = sorted({str(t) for m in _members(_walk(loc)[1]) if isinstance(m, type)
+                       and issubclass(m, BaseModel) for t in _tags(m, key)})
+        return f"needs a '{key}'" + (f" (one of: {', '.join(tags)})" if tags else "")
+    return str(error["msg"])
+
+
+def _format_errors(path: Path, text: str, err: ValidationError) -> str:
+    lines = [f"{path}: invalid job spec"]
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(text, _walk(loc)[0])
+        lines.append(f"  {path}:{line or '?'}: {where}: {_message(e, loc)}")
+    return "\n".join(lines)
+
+
+def load_job(path: str | Path) -> JobSpec:
+    """Read a YAML or JSON job file; errors name the file, line and field."""
+    path = Path(path)
+    if not path.exists():
+        raise JobError(f"{path}: job file not found (pass the path of a YAML or JSON job spec)")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise JobError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
+    if not isinstance(data, dict):
+        raise JobError(f"{path}: a job spec must be a mapping at the top level")
+    try:
+        job = JobSpec.model_validate(data)
+    except ValidationError as e:
+        raise JobError(_format_errors(path, text, e)) from None
+    return job.model_copy(update={"base_dir": path.resolve().parent})

@@ -1,0 +1,193 @@
+"""arft's own sections of a job, beside the hosted ``method``: engine, sampling, rollout limits,
+the tool-call budget, the RL trainer and where metrics go. Every one is optional."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from arft.config.base import Auto, Spec
+
+
+class EngineSpec(Spec):
+    """Which engine generates. ``transformers`` is trainable; ``openai`` is for evaluation only."""
+
+    type: Literal["transformers", "openai"] = "transformers"
+    """``transformers``: the job's model in this process (CPU or GPU), trainable; ``openai``: an
+    OpenAI-compatible server (evaluation only: it returns no token ids)."""
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    """Weights and compute dtype of the transformers engine. auto: bfloat16 where bf16 is fast
+    (GPUs, CPUs with native bf16, measured at start), else float32. Full fine-tuning always
+    trains in float32."""
+    device: str = "auto"
+    """A torch device (``cpu``, ``cuda``, ``cuda:1``). auto: cuda when available, else cpu."""
+    max_batch_size: int = 32
+    """Most concurrent requests the transformers engine puts in one forward pass."""
+    base_url: str | None = None
+    """openai engine: the server, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """openai engine: the environment variable holding the API key (may be unset for local servers)."""
+    served_model: str | None = None
+    """openai engine: the model name to send (default: the job's ``model``)."""
+    timeout_s: float = 120.0
+    """openai engine: seconds one request may take before it is retried."""
+
+
+class SamplingSpec(Spec):
+    """How the model samples each assistant turn (``SamplingParams.from_spec`` reads it)."""
+
+    temperature: float = 1.0
+    """Softmax temperature; 0 is greedy. Training logprobs use the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling: sample from the smallest set of tokens whose probability reaches it
+    (1.0: off)."""
+    top_k: int = 0
+    """Sample from the k most likely tokens only (0: off)."""
+    max_new_tokens: int = 256
+    """Most tokens the model may write in one assistant turn."""
+    seed: int | None = None
+    """Makes evaluation sampling reproducible (each rollout gets its own seed derived from it)."""
+
+
+class RolloutSpec(Spec):
+    """Limits of one episode and how many run at once (``RolloutLimits.from_spec`` reads it)."""
+
+    max_turns: int = 8
+    """Most assistant turns in a rollout."""
+    max_tokens: int = 4096
+    """Most tokens in the whole episode (prompt + all turns + tool outputs)."""
+    timeout_s: float = 600.0
+    """Wall-clock limit of one rollout, in seconds."""
+    concurrency: int = 32
+    """Rollouts running at once."""
+    on_max_episode_steps: Literal["refuse", "end"] = "refuse"
+    """When the tool-call budget is spent: 'refuse' answers further calls with a message (the
+    model can still answer); 'end' stops the rollout."""
+    tool_choice: str | dict[str, Any] = "auto"
+    """auto | required | none | a tool name | {"type":"function","function":{"name":...}}, as in
+    the hosted API; a row's own ``tool_choice`` wins. auto is passed on as is: the model decides."""
+    worked_example: bool = True
+    """Show a worked example of a tool call and its result in the tool system block (small
+    models call tools only when shown one)."""
+    constrained_tool_calls: bool | Auto = "auto"
+    """Sample tool calls under a grammar of the row's tools: the name is one the row may call,
+    the arguments are JSON valid against its schema, then the call closes; text outside calls
+    stays free. ``auto`` (default): on when the engine supports it (transformers). A tool with
+    ``"strict": true`` is constrained even when this is false, as in the hosted API."""
+    tool_output_max_chars: int = 4000
+    """Characters of one tool output the model sees; a longer output is cut."""
+    workspace: str | None = None
+    """A template directory copied fresh into each rollout's workspace (shell tools run there).
+    May name a folder per task with placeholders from the row: ``repos/{{ item.repo }}``."""
+
+
+class BudgetSpec(Spec):
+    """A soft tool-call budget: a penalty per call beyond it, reported apart from the task reward."""
+
+    soft_limit: int | None = None
+    """Executed tool calls a rollout may make without penalty (``None``: no budget)."""
+    penalty: float = 0.05
+    """Reward subtracted per call over the limit (``linear``) or once (``step``)."""
+    kind: Literal["linear", "step"] = "linear"
+    """``linear``: ``penalty`` per call over the limit; ``step``: ``penalty`` once when over."""
+
+
+class LoraSpec(Spec):
+    """LoRA adapter settings (peft)."""
+
+    r: int = 16
+    """Rank of the adapter matrices."""
+    alpha: int = 32
+    """LoRA scaling numerator: the update is scaled by ``alpha / r``."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input, as a probability."""
+    target_modules: list[str] | str = "all-linear"
+    """Module names that get adapters, or ``all-linear`` (every linear layer but the output)."""
+
+
+class TrainingSpec(Spec):
+    """arft's RL settings (GRPO-style), beside the hosted hyperparameters."""
+
+    group_size: int = 8
+    """Rollouts per task per step (scaled by ``compute_multiplier``)."""
+    finetune: Literal["lora", "full"] = "lora"
+    """``lora``: train adapters only (see ``lora``); ``full``: every weight, in float32."""
+    lora: LoraSpec = Field(default_factory=LoraSpec)
+    """The adapter's settings when ``finetune`` is ``lora``."""
+    learning_rate: float | None = None
+    """Base learning rate before ``learning_rate_multiplier`` (default: 1e-4 LoRA, 1e-5 full)."""
+    warmup_steps: int = 1
+    """Optimizer steps of linear learning-rate warmup."""
+    lr_decay: Literal["cosine", "linear", "constant"] = "constant"
+    """Learning-rate schedule after warmup (cosine and linear decay to 10 % at the last step)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float = 1.0
+    """Gradients are clipped to this global L2 norm."""
+    micro_batch_size: int = 4
+    """Sequences per forward/backward; gradients accumulate over the whole batch. Activation
+    memory grows with it (SmolLM2-135M: ~0.7 GB per 512-token sequence without checkpointing)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: far less memory, ~30 % more compute."""
+    updates_per_batch: int = 1
+    """Optimizer steps per batch of rollouts (minibatch passes; >1 uses the clipped ratio)."""
+    normalize_std: bool = True
+    """Divide advantages by the group's reward std (GRPO); False keeps reward − mean (Dr. GRPO)."""
+    clip_eps: float = 0.2
+    """PPO clip range of the probability ratio against the logprobs at sampling time."""
+    clip_eps_high: float | None = None
+    """Upper clip range (DAPO 'clip-higher'); ``None``: the same as ``clip_eps``."""
+    kl_coef: float = 0.0
+    """k3 KL to the reference (the base model: with LoRA, the adapter disabled); 0: no KL."""
+    tis_cap: float = 2.0
+    """Cap of the truncated importance weight between trainer and engine logprobs (their
+    numerics differ slightly)."""
+    bf16_autocast: bool | Auto = "auto"
+    """bf16 autocast for the update: ``auto`` uses it where bf16 is fast (GPUs, and CPUs with
+    native bf16, measured at start); on CPUs without it bf16 is emulated about 100x slower."""
+    checkpoint_every: int = 5
+    """Steps between checkpoints (also one at the end)."""
+    max_steps: int | None = None
+    """Stop after this many steps (default: n_epochs over the training set)."""
+    eval_tasks: int | None = Field(default=None, ge=1)
+    """Evaluate during training on the first N validation tasks only (default: all of them).
+    Keeps evals affordable on a CPU when the validation file is large."""
+
+
+class WandbSpec(Spec):
+    """Weights & Biases logging (needs ``pip install wandb`` and, online, ``wandb login``)."""
+
+    project: str
+    """The W&B project the run is logged to."""
+    entity: str | None = None
+    """The W&B team or user (default: your default entity)."""
+    name: str | None = None
+    """Run name (default: the run directory's name)."""
+    tags: list[str] = Field(default_factory=list)
+    """Tags of the W&B run."""
+    mode: Literal["online", "offline"] = "online"
+    """``offline`` writes under RUN_DIR/wandb; ``wandb sync`` uploads it later."""
+
+
+class MlflowSpec(Spec):
+    """MLflow logging (needs ``pip install 'arft[tracking]'``: mlflow-skinny + sqlalchemy)."""
+
+    tracking_uri: str | None = None
+    """A tracking server (``http://host:5000``) or store (``sqlite:///path/mlflow.db``); default
+    ``sqlite:///RUN_DIR/mlflow.db`` (``mlflow ui --backend-store-uri`` that URI to browse it)."""
+    experiment: str = "arft"
+    """The MLflow experiment the run belongs to (created when missing)."""
+    run_name: str | None = None
+    """Default: the run directory's name."""
+
+
+class LoggingSpec(Spec):
+    """Where training metrics go besides the run store and metrics.jsonl (always written)."""
+
+    tensorboard: bool = True
+    """Event files in RUN_DIR/tensorboard (``tensorboard --logdir RUN_DIR``)."""
+    wandb: WandbSpec | None = None
+    """Also log to Weights & Biases (default: off)."""
+    mlflow: MlflowSpec | None = None
+    """Also log to MLflow (default: off)."""

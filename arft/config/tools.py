@@ -1,0 +1,92 @@
+"""The tools a job gives the model (``method.reinforcement.tools``): one spec per kind of tool."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field
+
+from arft.config.base import Spec
+
+
+class EndpointToolSpec(Spec):
+    """A tool served over HTTP with the hosted contract (POST function_call -> function_call_output)."""
+
+    type: Literal["endpoint"] = "endpoint"
+    """The tool kind; a tool without ``type`` (the hosted shape) is an endpoint."""
+    name: str
+    """The function name the model calls."""
+    server_url: str
+    """The http(s) URL every call is POSTed to."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Sent with every call (e.g. ``Authorization``)."""
+    description: str | None = None
+    """Shown to the model; when absent, the dataset row's schema for this tool is used."""
+    parameters: dict[str, Any] | None = None
+    """JSON schema of the arguments; when absent, the dataset row's schema is used."""
+    timeout_s: float = 30.0
+    """Seconds one call may take before it counts as a timeout (and is retried)."""
+    max_retries: int = 3
+    """Retries after a 5xx, a timeout or a garbage answer before the rollout is infra-failed."""
+
+
+class PythonToolSpec(Spec):
+    """A Python function as a tool: ``module:attr`` or ``path/to/file.py:attr``."""
+
+    type: Literal["python"]
+    """The tool kind."""
+    function: str
+    """``module:attr`` or ``path/to/file.py:attr`` (a path relative to the job file's folder);
+    the schema comes from the signature and the docstring."""
+    name: str | None = None
+    """Defaults to the function's name."""
+    description: str | None = None
+    """Defaults to the docstring's first paragraph."""
+    timeout_s: float = 30.0
+    """Seconds one call may run; a call past it is an error the model sees."""
+
+
+class ShellToolSpec(Spec):
+    """A shell command runner in the rollout's own sandboxed workspace."""
+
+    type: Literal["shell"]
+    """The tool kind."""
+    name: str = "shell"
+    """The function name the model calls."""
+    description: str | None = None
+    """Shown to the model (default: a description of the sandboxed shell)."""
+    timeout_s: float = 10.0
+    """Seconds one command may run (wall clock and CPU) before it is killed."""
+    memory_mb: int = 512
+    """Memory (address space, MiB) one command may allocate."""
+    max_output_chars: int = 4000
+    """Characters of output kept for the model (head and tail; the middle is dropped)."""
+
+
+class McpToolSpec(Spec):
+    """Every tool of an MCP server started over stdio."""
+
+    type: Literal["mcp"]
+    """The tool kind."""
+    command: list[str]
+    """The server's command line, e.g. ``["python", "server.py"]``."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables for the server."""
+    include: list[str] | None = None
+    """Only these of the server's tools (default: all)."""
+    name_prefix: str = ""
+    """Put before every tool name the server offers (keeps two servers' names apart)."""
+    timeout_s: float = 30.0
+    """Seconds one call may take."""
+
+
+ToolSpec = Annotated[
+    Union[EndpointToolSpec, PythonToolSpec, ShellToolSpec, McpToolSpec], Field(discriminator="type")
+]
+
+
+def with_tool_type(raw: Any) -> Any:
+    """The hosted shape has no ``type`` on its (endpoint) tools: a tool without one is an endpoint."""
+    if isinstance(raw, dict) and "type" not in raw:
+        return {"type": "endpoint", **raw}
+    return raw

@@ -1,0 +1,20 @@
+"""Entry point of the sandbox launcher: ``python -I -S .../arft/sandbox/launcher CONFIG -- ARGV``.
+
+Run as a folder, this file is a top-level module and the folder itself is ``sys.path[0]``. We put
+the folder's parent at the end of ``sys.path`` instead (so the standard library always wins) and
+import the launcher as the package ``launcher``: its relative imports then work without
+importing arft (whose ``__init__`` modules pull in asyncio and more).
+"""
+
+import os
+import sys
+
+if __package__:  # python -m arft.sandbox.launcher
+    from .process_tree import main
+else:
+    del sys.path[0]
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from launcher.process_tree import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The training loop: ``_advantages`` (groups, missing rewards, the budget penalty) as a function of
+stored-shape rollouts, and one short ``train`` run on a tiny model built from a config (real
+tokenizer, real SQLite store, metrics.jsonl) checked end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from arft.app.train import Hooks, TrainResult, _advantages, train
+from arft.budget import count_calls
+from arft.config import JobSpec, load_job
+from arft.records import Rollout, Score
+from arft.tracing.store import RunStore
+from tests.unit.tracing.factories import make_rollout, tool_record
+
+
+def spec(normalize_std: bool = True, **budget: Any) -> JobSpec:
+    return JobSpec.model_validate({
+        "method": {"type": "reinforcement", "reinforcement": {
+            "grader": {"type": "string_check", "name": "g", "input": "a", "reference": "a", "operation": "eq"}}},
+        "training": {"normalize_std": normalize_std}, "budget": budget})
+
+
+def scored(score: float | None, error: str | None = None, **kw: Any) -> Rollout:
+    return make_rollout(score=None if score is None else Score(score=score, error=error), **kw)
+
+
+def with_calls(r: Rollout, statuses: list[str]) -> Rollout:
+    calls = tuple(tool_record(r.trace_id, f"c{i}", status=s) for i, s in enumerate(statuses))
+    return r.model_copy(update={"tool_calls": calls})
+
+
+def test_groups_of_group_size_in_order() -> None:
+    rollouts = [scored(1.0), scored(0.0), scored(0.5), scored(0.5), scored(0.0), scored(1.0)]
+    adv, m = _advantages(spec(), rollouts, 2)
+    assert adv == pytest.approx([1.0, -1.0, None, None, -1.0, 1.0], abs=1e-4)
+    assert m["train/groups"] == 3.0 and m["train/groups_dropped"] == 1.0  # no variance in group 2
+    assert m["train/task_reward_mean"] == pytest.approx(0.5)
+    assert m["train/budget_penalty_mean"] == 0.0
+
+
+def test_a_missing_reward_gets_no_advantage_and_is_not_a_zero() -> None:
+    grader_error = scored(0.0, error="g: ZeroDivisionError")  # the placeholder 0.0 is no reward
+    infra = scored(None, status="infra_failed", finish_reason="infra_failed")
+    assert grader_error.reward is None and infra.reward is None
+    rollouts = [scored(1.0), grader_error, scored(0.5), infra, scored(0.5), scored(0.0)]
+    adv, m = _advantages(spec(normalize_std=False), rollouts, 3)
+    # group 1: mean of (1.0, 0.5) = 0.75; group 2: mean of (0.5, 0.0) = 0.25
+    assert adv == pytest.approx([0.25, None, -0.25, None, 0.25, -0.25])
+    assert m["train/task_reward_mean"] == pytest.approx(2.0 / 4)  # over the 4 graded rollouts only
+    assert m["train/groups_dropped"] == 0.0
+
+    alone = [scored(1.0), grader_error]  # one graded rollout: no group statistics, no gradient
+    adv, m = _advantages(spec(), alone, 2)
+    assert adv == [None, None] and m["train/groups_dropped"] == 1.0
+
+    nothing = [infra, infra]
+    adv, m = _advantages(spec(), nothing, 2)
+    assert adv == [None, None] and math.isnan(m["train/task_reward_mean"])  # NaN, not 0
+
+
+@pytest.mark.parametrize("kind, penalty", [("linear", 0.5), ("step", 0.25)])
+def test_budget_penalty_counts_executed_calls(kind: str, penalty: float) -> None:
+    statuses = ["ok", "tool_error", "ok", "refused", "parse_error"]  # 3 ran; 2 never did
+    assert count_calls(statuses) == 3
+    busy = with_calls(scored(1.0), statuses)
+    idle = with_calls(scored(0.0), ["ok"])
+    job = spec(normalize_std=False, soft_limit=1, penalty=0.25, kind=kind)
+    adv, m = _advantages(job, [busy, idle], 2)
+    # busy: 2 calls over the limit of 1 -> 0.25 each (linear) or 0.25 once (step)
+    shaped = 1.0 - penalty
+    assert adv == pytest.approx([shaped / 2, -shaped / 2])
+    assert m["train/budget_penalty_mean"] == pytest.approx(penalty / 2)
+    assert m["train/task_reward_mean"] == pytest.approx(0.5)  # the task reward, before the penalty
+    no_budget, _ = _advantages(spec(normalize_std=False), [busy, idle], 2)
+    assert no_budget == pytest.approx([0.5, -0.5])
+
+
+class LengthGrader:
+    """A continuous reward from the answer's length: random text gives every group variance."""
+
+    name = "length"
+
+    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+        return Score(score=(len(sample["output_text"]) % 13) / 12.0)
+
+
+def write_job(tmp: Path) -> Path:
+    rows = [{"id": f"t{i}", "messages": [{"role": "user", "content": f"Say something about {i}."}]}
+            for i in range(4)]
+    (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp / "val.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    job = {"training_file": "train.jsonl", "validation_file": "val.jsonl", "seed": 3,
+           "method": {"type": "reinforcement", "reinforcement": {
+               "grader": {"type": "string_check", "name": "unused", "input": "x", "reference": "x",
+                          "operation": "eq"},
+               "hyperparameters": {"batch_size": 2, "eval_interval": 5, "eval_samples": 2}}},
+           "sampling": {"max_new_tokens": 6},
+           "rollout": {"max_turns": 1, "max_tokens": 512, "concurrency": 8},
+           "logging": {"tensorboard": False},
+           "training": {"group_size": 3, "max_steps": 2, "checkpoint_every": 5, "learning_rate": 0.05,
+                        "micro_batch_size": 6, "bf16_autocast": False, "lora": {"r": 4, "alpha": 8}}}
+    (tmp / "job.json").write_text(json.dumps(job))
+    return tmp / "job.json"
+
+
+def same(a: float | None, b: float | None) -> bool:
+    """Equal values; "no value" (NaN, or null in JSON) only equals "no value"."""
+    a, b = (math.nan if x is None else x for x in (a, b))
+    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b)
+
+
+async def test_a_short_training_run(tmp_path: Path, tokenizer: Any) -> None:
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from arft.models.loading import tiny_model
+    from arft.trainer.learner import wrap_policy
+
+    torch.set_num_threads(1)
+    job = load_job(write_job(tmp_path))
+    seen: dict[str, list[Any]] = {"steps": [], "evals": [], "rollouts": [], "phases": []}
+    hooks = Hooks(step_done=lambda s, m: seen["steps"].append((s, dict(m))),
+                  eval_done=lambda s, summary: seen["evals"].append((s, summary.n_rollouts)),
+                  rollout_done=seen["rollouts"].append,
+                  phase=lambda name, total: seen["phases"].append((name, total)))
+    result = await train(job, tmp_path / "run", model=tiny_model(tokenizer, seed=5), tokenizer=tokenizer,
+                         grader=LengthGrader(), hooks=hooks, max_batch_size=8)
+    assert isinstance(result, TrainResult) and result.steps == 2
+    # evaluations: the baseline (step 0) and the last step (2), not step 1 (eval_interval 5)
+    assert sorted(result.evals) == [0, 2] and [s for s, _ in seen["evals"]] == [0, 2]
+    assert all(n == 2 for _, n in seen["evals"])  # 1 validation task x eval_samples 2
+    assert [name for name, _ in seen["phases"]] == ["eval @ step 0", "step 1/2", "step 2/2", "eval @ step 2"]
+    assert [total for _, total in seen["phases"]] == [2, 6, 6, 2]
+    assert len(seen["rollouts"]) == 2 + 6 + 6 + 2  # rollout_done once per rollout
+
+    # training: finite update metrics, weights really updated
+    assert [m["step"] for m in result.history] == [1, 2]
+    assert [(s, m) for s, m in seen["steps"]] == [(h["step"], {k: v for k, v in h.items() if k != "step"})
+                                                 for h in result.history]
+    for h in result.history:
+        assert h["update/tokens"] > 0 and h["train/sequences"] > 0
+        assert math.isfinite(h["update/grad_norm"]) and h["update/grad_norm"] > 0
+        assert all(math.isfinite(v) for k, v in h.items() if k.startswith("update/"))
+    latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    trained = load_file(str(tmp_path / "run" / "checkpoints" / latest / "trainable.safetensors"))
+    initial = get_peft_model_state_dict(wrap_policy(tiny_model(tokenizer, seed=5), job.training, job.seed))
+    assert trained.keys() == initial.keys()
+    assert all(torch.isfinite(t).all() for t in trained.values())
+    assert any(not torch.equal(initial[k], trained[k]) for k in trained)
+
+    # metrics: every row in metrics.jsonl and in the store, with the same values
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in lines] == [0, 1, 2, 2]  # eval@0, step 1, step 2, eval@2
+    assert "eval/reward_mean" in lines[0] and "update/tokens" in lines[1] and "eval/reward_mean" in lines[3]
+    with RunStore(tmp_path / "run" / "arft.sqlite") as store:
+        stored: dict[tuple[int, str], float] = {(r["step"], r["name"]): r["value"] for r in store.metrics("train")}
+        rollouts = store.rollouts()
+        runs = {r["run_id"]: r["status"] for r in store.runs()}
+    flat = {(row["step"], k): v for row in lines for k, v in row.items() if k != "step"}
+    assert stored.keys() == flat.keys()
+    assert all(same(stored[k], flat[k]) for k in flat)
+    for h in result.history:  # the hooks saw the values the sinks got
+        assert all(same(flat[(h["step"], k)], v) for k, v in h.items() if k != "step")
+
+    # every rollout knows the step it belongs to
+    steps = sorted((r.run_id, r.step) for r in rollouts)
+    assert steps == ([("train", 1)] * 6 + [("train", 2)] * 6
+                     + [("train:eval-000000", 0)] * 2 + [("train:eval-000002", 2)] * 2)
+    assert runs == {"train": "completed", "train:eval-000000": "completed", "train:eval-000002": "completed"}
