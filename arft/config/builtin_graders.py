@@ -6,12 +6,58 @@ Each design's behaviour is described in its module under ``arft.graders.builtins
 
 from __future__ import annotations
 
+import re
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from arft.config.base import Spec
 from arft.config.judge import JudgeFields
+
+AST_GUARD_PATTERNS: dict[str, str] = {
+    "unparseable": "the code is not valid Python (or too deeply nested to analyse)",
+    "missing_file": "code_from names a file the workspace does not have",
+    "missing_function": "the required function is not defined",
+    "aliased_function": "the required function is a lambda, an import or another name, or is "
+                        "rebound after its def",
+    "trivial_body": "the required function is a stub: pass/..., one constant return, "
+                    "NotImplementedError, or it ignores every argument",
+    "calls_reference": "a forbidden name (e.g. the reference implementation) is imported, "
+                       "called or referenced",
+    "reads_tests": "a protected path (tests, grader, expected outputs) is opened, listed, "
+                   "imported or run",
+    "inspects_frames": "the code walks interpreter frames, the stack or the garbage collector "
+                       "(how a solution reads its caller's expected values)",
+    "patches_timer": "a timer (time, timeit, torch.cuda.synchronize/Event, ...) is replaced, "
+                     "or work moves to a side CUDA stream the timer does not wait for",
+    "patches_modules": "sys.modules, builtins, import hooks, code objects or another module's "
+                       "functions are overwritten or mocked",
+    "overrides_equality": "a class makes comparisons always succeed (__eq__ always True, "
+                          "__sub__ always 0, ...)",
+    "hardcoded_outputs": "expected outputs appear as literals or as a lookup table",
+    "special_cases_inputs": "the code compares against known test inputs or keys a table by them",
+    "exits_early": "the code ends or skips the run (sys.exit, os._exit, SystemExit, "
+                   "pytest.skip, atexit)",
+    "catches_everything": "a handler swallows every exception incl. AssertionError (bare "
+                          "except, BaseException, suppress, return in finally)",
+    "uses_eval_exec": "eval/exec/compile, computed imports or code objects run code the "
+                      "analysis cannot see",
+}
+"""The hack patterns ``ast_guard`` knows (the values its ``checks`` accept), each with what it
+means; ``arft.graders.builtins.ast_checks`` finds them."""
+
+_IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _regex(value: str, subject: str = "") -> str:
+    """``value`` when it compiles as a Python regex, else a ``ValueError`` (``subject`` starts
+    its message) saying why."""
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ValueError(f"{subject}not a valid regular expression: {e}") from None
+    return value
 
 
 class SetF1Spec(Spec):
@@ -91,6 +137,11 @@ class StylePattern(Spec):
     label: str = Field(default="pattern", pattern=r"^[A-Za-z0-9_.\-]+$")
     """The flag ``style:<label>`` set when it matches."""
 
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        return _regex(value)
+
 
 class StyleSpec(Spec):
     """``style_penalty``: a tone score, ``base`` minus verbosity, emoji and pattern penalties."""
@@ -139,6 +190,20 @@ class VerificationSpec(Spec):
     output_patterns: list[str] | None = None
     """Regexes; when set, a verification's output must match one of them."""
 
+    @field_validator("patterns", "edit_patterns")
+    @classmethod
+    def _not_blank(cls, value: list[str] | None) -> list[str] | None:
+        if any(not p.strip() for p in value or ()):
+            raise ValueError("a command prefix must not be empty (it would match every command)")
+        return value
+
+    @field_validator("output_patterns")
+    @classmethod
+    def _compiles(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or ():
+            _regex(pattern, f"{pattern!r} is ")
+        return value
+
 
 class ToolBudgetSpec(Spec):
     """``tool_budget``: 1.0 within a tool-call budget, less for every call over it."""
@@ -183,6 +248,46 @@ class AstGuardSpec(Spec):
     """Patterns to report (default: all; ``unparseable`` is always on)."""
     penalty: Literal["zero"] | float = "zero"
     """``zero``: any finding scores 0; a number in (0, 1]: ``1 - penalty`` per finding."""
+
+    @field_validator("checks")
+    @classmethod
+    def _known_checks(cls, value: list[str] | None) -> list[str] | None:
+        unknown = [c for c in value or [] if c not in AST_GUARD_PATTERNS]
+        if unknown:
+            raise ValueError(f"unknown check(s) {unknown}; known: {', '.join(AST_GUARD_PATTERNS)}")
+        return value
+
+    @field_validator("penalty")
+    @classmethod
+    def _penalty_range(cls, value: str | float) -> str | float:
+        if not isinstance(value, str) and not 0 < value <= 1:
+            raise ValueError(f"must be 'zero' or a number in (0, 1], got {value}")
+        return value
+
+    @field_validator("required_function")
+    @classmethod
+    def _dotted_name(cls, value: str | None) -> str | None:
+        if value is not None and not _IDENTIFIER_PATH.fullmatch(value):
+            raise ValueError(f"{value!r} is not a name like 'solve' or 'ModelNew.forward'")
+        return value
+
+    @field_validator("code_from")
+    @classmethod
+    def _workspace_path(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        prefix, _, rel = value.partition(":")
+        path = PurePosixPath(rel)
+        if prefix != "workspace" or not rel or path.is_absolute() or ".." in path.parts:
+            raise ValueError(f"{value!r} must be 'workspace:<relative path>' inside the "
+                             "workspace (no leading '/', no '..')")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AstGuardSpec:
+        if self.code is not None and self.code_from is not None:
+            raise ValueError("set 'code' or 'code_from', not both")
+        return self
 
 
 class Hack(Spec):

@@ -6,16 +6,19 @@ python, multi, endpoint), arft's ``builtin`` designs in ``builtin_graders`` (dis
 on ``name``). ``multi`` children and the grader inside ``judge_hack_check`` are typed the same
 way, so a typo anywhere in a job's grader is a load error naming its file and line.
 
-These models check the shape of a spec (field names, types, ranges). What needs the grader's own
-code (a python source compiles, a formula names its children, a regex compiles) is checked when
-the registry builds the grader from ``as_written(spec)``.
+These models are the one definition of every grader spec: ``load_job`` validates a job's grader
+with them, and each builder in ``arft.graders`` validates the spec it is given with the same
+model (``arft.graders.base.validate_spec``). They check the shape of a spec (field names, types,
+ranges, regexes that must compile). What needs the grader's own code (a python source compiles,
+a formula names its children, a tests folder exists) is checked when the registry builds the
+grader from ``as_written(spec)``.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from arft.config.base import Spec
 from arft.config.builtin_graders import (AstGuardSpec, FactRecallSpec, Hack, SetF1Spec, StyleSpec,
@@ -77,6 +80,13 @@ class InputMessage(Spec):
     content: str | ContentPart | list[ContentPart]
     """A template, or text parts of templates (joined by newlines)."""
 
+    def template(self) -> str:
+        """The content as one template string (text parts joined by newlines)."""
+        if isinstance(self.content, str):
+            return self.content
+        parts = [self.content] if isinstance(self.content, ContentPart) else self.content
+        return "\n".join(p.text for p in parts)
+
 
 class ScoreModelSpec(JudgeFields):
     """The hosted ``score_model``: a judge model answers a number."""
@@ -136,6 +146,13 @@ class PythonGraderSpec(Spec):
     """Memory (address space, MiB) one grade may allocate."""
     disk_mb: int = Field(1024, gt=0)
     """Size (MiB) of the scratch folder (and of /tmp and /dev/shm) and of any one file written."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PythonGraderSpec:
+        if (self.source is None) == (self.source_file is None):
+            raise ValueError("give exactly one of 'source' (the code) and 'source_file' "
+                             "(a .py file relative to the job file)")
+        return self
 
 
 class MultiSpec(Spec):

@@ -4,6 +4,8 @@ where arft finds the judge."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import AliasChoices, Field
 
 from arft.config.base import Spec
@@ -25,6 +27,13 @@ class JudgeSampling(Spec):
     """Sent as the request's ``seed`` (servers that honour it answer reproducibly)."""
     reasoning_effort: str | None = None
     """e.g. ``minimal``, ``low``, ``medium``, ``high``; passed through for reasoning judges."""
+
+    def body_fields(self) -> dict[str, Any]:
+        """The set fields under their chat-completions names."""
+        fields = self.model_dump(exclude_none=True)
+        if "max_completions_tokens" in fields:
+            fields["max_completion_tokens"] = fields.pop("max_completions_tokens")
+        return fields
 
 
 class JudgeFields(Spec):

@@ -21,8 +21,9 @@ import difflib
 import json
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
+from arft.config.graders import as_written
 from arft.records import Message, Rollout, Score
 
 
@@ -105,8 +106,13 @@ def build_sample(rollout: Rollout, workspace: Path | None = None) -> dict[str, A
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
-def validate_spec(model: type[SpecT], spec: dict[str, Any]) -> SpecT:
-    """Validate a grader spec; errors become a ``GraderError`` naming the grader and each field."""
+def validate_spec(model: type[SpecT], spec: BaseModel | dict[str, Any]) -> SpecT:
+    """Validate a grader spec (a dict, or a typed spec from ``arft.config``: one of ``model`` is
+    returned as it is); errors become a ``GraderError`` naming the grader and each field."""
+    if isinstance(spec, model):
+        return spec
+    if isinstance(spec, BaseModel):
+        spec = as_written(spec)
     try:
         return model.model_validate(spec)
     except ValidationError as err:
@@ -135,15 +141,3 @@ async def close_grader(grader: object) -> None:
                 await result
             return
 
-
-class InputReferenceSpec(BaseModel):
-    """The fields hosted graders that compare two templated texts share; other keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    """Shown in metrics and error messages (the hosted API requires it; arft defaults it)."""
-    input: str
-    """Template of the text under test, usually ``{{ sample.output_text }}``."""
-    reference: str
-    """Template of the expected text, usually ``{{ item.<key> }}``."""

@@ -28,34 +28,12 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from arft.config.graders import EndpointSpec
 from arft.graders.base import GraderError, validate_spec
 from arft.http import BadAnswer, Exhausted, Rejected, is_http_url, json_client, retrying_post
 from arft.records import Score
-
-
-
-class EndpointSpec(BaseModel):
-    """The endpoint grader's fields; any other key is an error."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["endpoint"]
-    name: str = "endpoint"
-    """Shown in metrics and error messages."""
-    url: str
-    """The http(s) URL every grade is POSTed to."""
-    headers: dict[str, str] = Field(default_factory=dict)
-    """Sent with every request (e.g. ``Authorization``)."""
-    timeout_s: float = Field(default=30.0, gt=0)
-    """The longest one attempt may take, connection to last byte."""
-    max_retries: int = Field(default=3, ge=0)
-    """Extra attempts after a retryable failure (so at most ``1 + max_retries`` requests)."""
-    rate_limit_per_s: float | None = Field(default=None, gt=0)
-    """At most this many requests started per second (``None``: no limit)."""
 
 
 class RateLimiter:

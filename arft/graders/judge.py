@@ -1,4 +1,5 @@
-"""The model judge every model-judged grader shares: its spec fields, client, prompts and parsing.
+"""The model judge every model-judged grader shares: its client, prompts and parsing (its spec
+fields, ``JudgeFields``, are in ``arft.config.judge``).
 
 A judge is any OpenAI-compatible ``/chat/completions`` server (a hosted API or a locally served
 model). ``JudgeClient`` reuses ``OpenAIEngine`` — its HTTP client, retries of 5xx/429/timeouts and
@@ -18,9 +19,9 @@ import os
 import re
 from typing import Any, Sequence
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
-
 from arft.config import SamplingSpec
+from arft.config.graders import ContentPart, InputMessage
+from arft.config.judge import JudgeFields, JudgeSampling
 from arft.engines.base import EngineError, SamplingParams
 from arft.engines.openai_engine import OpenAIEngine
 from arft.graders.base import GraderError
@@ -38,49 +39,6 @@ STEPS_SCHEMA: dict[str, Any] = {
         "additionalProperties": False,
     },
 }
-
-
-class JudgeSampling(BaseModel):
-    """The hosted ``sampling_params``; only the fields that are set are sent."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    max_completions_tokens: int | None = Field(
-        default=None, gt=0,
-        validation_alias=AliasChoices("max_completions_tokens", "max_completion_tokens"))
-    """The hosted spelling; sent as chat-completions ``max_completion_tokens``."""
-    seed: int | None = None
-    reasoning_effort: str | None = None
-    """e.g. ``minimal``, ``low``, ``medium``, ``high``; passed through for reasoning judges."""
-
-    def body_fields(self) -> dict[str, Any]:
-        """The set fields under their chat-completions names."""
-        fields = self.model_dump(exclude_none=True)
-        if "max_completions_tokens" in fields:
-            fields["max_completion_tokens"] = fields.pop("max_completions_tokens")
-        return fields
-
-
-class JudgeFields(BaseModel):
-    """Spec fields of every model-judged grader (hosted ``model``/``sampling_params`` + arft's)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str | None = None
-    """The judge model's name as the server knows it."""
-    sampling_params: JudgeSampling = Field(default_factory=JudgeSampling)
-    base_url: str | None = None
-    """arft: the judge server (``.../v1``); default ``$OPENAI_BASE_URL``, else the OpenAI API."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """arft: the *name* of the environment variable holding the judge's API key."""
-    timeout_s: float = Field(default=60.0, gt=0)
-    """arft: seconds per judge request."""
-    max_retries: int = Field(default=3, ge=0)
-    """arft: retries of a 5xx, 429, timeout or unreadable answer (a 4xx fails at once)."""
-    backoff_s: float = Field(default=0.5, ge=0)
-    """arft: first wait between retries; doubles after each failed try."""
 
 
 class JudgeClient(OpenAIEngine):
@@ -182,33 +140,6 @@ def clip(text: str, limit: int = 200) -> str:
 
 
 # ---------------------------------------------------------------------------- hosted input messages
-
-class ContentPart(BaseModel):
-    """A text part of a hosted input message (``input_text``/``output_text``/``text``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: str = "input_text"
-    text: str
-
-
-class InputMessage(BaseModel):
-    """One hosted ``input`` message; ``content`` is a template (or text parts of templates)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: str | None = None
-    """The hosted API allows ``"type": "message"``; it changes nothing."""
-    role: str
-    content: str | ContentPart | list[ContentPart]
-
-    def template(self) -> str:
-        """The content as one template string (text parts joined by newlines)."""
-        if isinstance(self.content, str):
-            return self.content
-        parts = [self.content] if isinstance(self.content, ContentPart) else self.content
-        return "\n".join(p.text for p in parts)
-
 
 _ROLES = ("system", "developer", "user", "assistant")
 

@@ -1,7 +1,7 @@
 """The hosted ``score_model`` and ``label_model`` graders: a model judge reads rendered messages.
 
 Specs (hosted fields, plus arft's judge fields ``base_url``, ``api_key_env``, ``timeout_s``,
-``max_retries``, ``backoff_s`` — see ``arft.graders.judge.JudgeFields``)::
+``max_retries``, ``backoff_s`` — see ``arft.config.judge.JudgeFields``)::
 
     {"type": "score_model", "name": "quality", "model": "gpt-4o-mini",
      "input": [{"role": "system", "content": "Grade the answer from 0 to 1."},
@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
+from arft.config.graders import LabelModelSpec, ScoreModelSpec
 from arft.graders.base import GraderError, validate_spec
-from arft.graders.judge import (InputMessage, JudgeClient, JudgeError, JudgeFields, check_input,
-                                clip, json_schema_format, render_messages, reply_result,
-                                result_schema)
+from arft.graders.judge import (JudgeClient, JudgeError, check_input, clip, json_schema_format,
+                                render_messages, reply_result, result_schema)
 from arft.graders.templates import TemplateError
 from arft.records import Score
 
@@ -36,36 +34,6 @@ SCORE_INSTRUCTIONS = ('Reply with JSON only: {{"steps": [{{"description": "...",
                       '"..."}}], "result": <a number from {low} to {high}>}}.')
 LABEL_INSTRUCTIONS = ('Reply with JSON only: {{"steps": [{{"description": "...", "conclusion": '
                       '"..."}}], "result": "<one of: {labels}>"}}.')
-
-
-class ScoreModelSpec(JudgeFields):
-    """The hosted score_model fields plus arft's judge fields."""
-
-    type: Literal["score_model"]
-    name: str = "score_model"
-    model: str  # type: ignore[assignment]  # required here
-    input: list[InputMessage]
-    """The judge's messages; each ``content`` is a template."""
-    range: tuple[float, float] = (0.0, 1.0)
-    """The judge's answer is clipped to ``[low, high]``."""
-    pass_threshold: float | None = None
-    """``passed`` is ``score >= pass_threshold``; unset leaves ``passed`` as ``None``."""
-    output_instructions: bool = True
-    """arft: state the expected JSON in the system message, for servers that ignore
-    ``response_format``."""
-
-
-class LabelModelSpec(JudgeFields):
-    """The hosted label_model fields plus arft's judge fields."""
-
-    type: Literal["label_model"]
-    name: str = "label_model"
-    model: str  # type: ignore[assignment]  # required here
-    input: list[InputMessage]
-    labels: list[str] = Field(min_length=1)
-    passing_labels: list[str] = Field(min_length=1)
-    output_instructions: bool = True
-    """arft: state the expected JSON in the system message (see ``ScoreModelSpec``)."""
 
 
 def _number(value: Any) -> float | None:

@@ -21,30 +21,13 @@ from __future__ import annotations
 import asyncio
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from arft.config.graders import MultiSpec
 from arft.graders.base import close_grader, Grader, GraderError, validate_spec
 from arft.graders.formula import Formula, FormulaError, parse_formula
 from arft.graders.registry import build_grader
 from arft.records import Score
-
-
-class MultiSpec(BaseModel):
-    """The hosted multi fields; any other key is an error."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["multi"]
-    name: str = "multi"
-    """Shown in metrics and error messages (the hosted API requires it; arft defaults it)."""
-    graders: dict[str, dict[str, Any]] = Field(min_length=1)
-    """Child grader specs by key; ``calculate_output`` names children by these keys."""
-    calculate_output: str
-    """The formula combining the children's scores, e.g. ``"0.5 * a + 0.5 * b"``."""
-    pass_threshold: float | None = None
-    """arft addition: when set, ``passed`` is ``score >= pass_threshold`` (if no child failed)."""
 
 
 class MultiGrader:
@@ -101,29 +84,32 @@ class MultiGrader:
                      grader=self.name)
 
 
-def _build_children(spec: MultiSpec, base_dir: Path) -> dict[str, Grader]:
-    # Imported here: the registry imports this module's builder lazily, and this module needs
-    # the registry to build children of any type (multi inside multi included).
+def _build_children(name: Any, graders: Any, base_dir: Path) -> dict[str, Grader]:
+    """Every child, built (and so checked) by its own builder before the spec is validated, so a
+    broken child's error names it the way a top-level grader's would; a ``graders`` that is no
+    mapping is left to the spec."""
     children: dict[str, Grader] = {}
-    for key, child in spec.graders.items():
+    if not isinstance(graders, dict):
+        return children
+    for key, child in graders.items():
         if not isinstance(child, dict):
-            raise GraderError(f"grader {spec.name!r} (multi): field 'graders.{key}' must be a "
+            raise GraderError(f"grader {name!r} (multi): field 'graders.{key}' must be a "
                               f"grader spec (a mapping with a 'type'), got {type(child).__name__}")
         try:
             # A child without a name is named by its key, so its errors say which child it is.
             children[key] = build_grader({"name": key, **child}, base_dir)
         except GraderError as e:
-            raise GraderError(f"grader {spec.name!r} (multi): child 'graders.{key}': {e}") from None
+            raise GraderError(f"grader {name!r} (multi): child 'graders.{key}': {e}") from None
     return children
 
 
 def build(spec: dict[str, Any], base_dir: Path) -> MultiGrader:
-    """Registry entry point: validates the spec, builds every child, checks the formula.
+    """Registry entry point: builds every child, validates the spec, checks the formula.
 
     Raises ``GraderError`` naming this grader and the field (a child's own error included).
     """
+    children = _build_children(spec.get("name", "multi"), spec.get("graders"), base_dir)
     parsed = validate_spec(MultiSpec, spec)
-    children = _build_children(parsed, base_dir)
     try:
         formula = parse_formula(parsed.calculate_output, allowed_names=children)
     except FormulaError as e:

@@ -33,41 +33,12 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from arft.config.graders import PythonGraderSpec
 from arft.graders.base import GraderError, validate_spec
 from arft.records import Score
 from arft.sandbox import CallLimits, CallResult, SandboxedFunction, WarmPool, run_fresh
 
 _DICT_KEYS = ("score", "sub_scores", "flags", "passed")
-
-
-class PythonGraderSpec(BaseModel):
-    """The hosted python grader fields, ``source_file`` and the sandbox limits."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["python"]
-    name: str = "python"
-    source: str | None = None
-    """Python code defining ``grade(sample, item)``."""
-    source_file: str | None = None
-    """arft addition: a ``.py`` file holding the source, relative to the job file's folder."""
-    image_tag: str | None = None
-    """Accepted for hosted specs and ignored: the sandbox runs this machine's interpreter."""
-    timeout_s: float = Field(120.0, gt=0)
-    """Wall-clock limit of one grade; the grade is killed and scores 0 with the reason."""
-    memory_mb: int = Field(2048, gt=0)
-    """Memory (address space) one grade may allocate."""
-    disk_mb: int = Field(1024, gt=0)
-    """Size of the scratch folder (and of /tmp and /dev/shm) and of any one file written."""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> PythonGraderSpec:
-        if (self.source is None) == (self.source_file is None):
-            raise ValueError("give exactly one of 'source' (the code) and 'source_file' "
-                             "(a .py file relative to the job file)")
-        return self
 
 
 def check_source(source: str, filename: str, label: str) -> None:

@@ -4,7 +4,8 @@ Grader modules are imported only when their type is used, so a heavy grader (a m
 sandboxed python grader) costs nothing to jobs that do not use it. Adding a grader type is one
 line in ``grader_types``: ``"<type>": "arft.graders.<module>:build"``, where
 ``build(spec: dict, base_dir: Path) -> Grader``, plus its spec model in ``arft.config.graders``
-(the job's typed ``GraderSpec``; a test holds the two lists equal).
+(in the job's typed ``GraderSpec``; a test holds the two lists equal), which the builder imports
+and validates with: a spec model is defined once, in ``arft.config``.
 """
 
 from __future__ import annotations

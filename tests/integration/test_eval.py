@@ -18,7 +18,7 @@ from arft.engines.transformers_engine import TransformersEngine
 from arft.app.evaluate import evaluate
 from arft.data.splits import load_split
 from arft.tracing.store import RunStore
-from tests.servers import serve
+from tests.servers import chat_completion, recording_app, serve, tool_output
 
 ROWS = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Look up key {i}."}], "answer": str(i)}
         for i in range(3)]
@@ -40,15 +40,7 @@ def write_job(tmp: Path, tools: list[dict[str, Any]], engine: dict[str, Any] | N
 
 def lookup_app(seen: list[dict[str, Any]]) -> FastAPI:
     """A hosted-contract tool endpoint at /lookup that records every request body."""
-    app = FastAPI()
-
-    @app.post("/lookup")
-    async def lookup(req: Request) -> dict[str, Any]:
-        body = await req.json()
-        seen.append(body)
-        return {"type": "function_call_output", "call_id": body["call_id"], "id": body["id"], "output": "v"}
-
-    return app
+    return recording_app("/lookup", seen, lambda body: tool_output(body, "v"))
 
 
 async def test_eval_tiny_model_with_endpoint_tool(tmp_path: Path, tokenizer: Any, tiny_model: Any) -> None:
@@ -85,8 +77,7 @@ def test_eval_openai_engine_endpoint_tools_and_cli(tmp_path: Path) -> None:
         body = await req.json()
         tool_bodies.append({"body": body, "auth": req.headers.get("authorization")})
         key = json.loads(body["arguments"])["key"]
-        return {"type": "function_call_output", "call_id": body["call_id"], "id": body["id"],
-                "output": f"{key}:{token}"}
+        return tool_output(body, f"{key}:{token}")
 
     model_app = FastAPI()
 
@@ -103,9 +94,7 @@ def test_eval_openai_engine_endpoint_tools_and_cli(tmp_path: Path) -> None:
                 "id": f"call_{secrets.token_hex(4)}", "type": "function",
                 "function": {"name": "lookup", "arguments": json.dumps({"key": key})}}]}
             finish = "tool_calls"
-        return {"id": "x", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+        return chat_completion(body, message, finish, completion_tokens=5)
 
     with serve(tools_app) as tools_url, serve(model_app) as model_url:
         job = write_job(tmp_path, [{"name": "lookup", "server_url": f"{tools_url}/lookup",

@@ -10,25 +10,13 @@ from typing import Any
 import torch
 
 from arft.config import load_job
-from arft.records import Score
 from arft.trainer.merge import merge_run
 from arft.app.train import train
-
-
-class LengthGrader:
-    """A continuous reward from the answer's length: random text gives every group variance."""
-
-    name = "length"
-
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
-        return Score(score=(len(sample["output_text"]) % 13) / 12.0)
+from tests.training import LengthGrader, write_datasets
 
 
 def write_job(tmp: Path) -> Path:
-    rows = [{"id": f"t{i}", "messages": [{"role": "user", "content": f"Say something about {i}."}]}
-            for i in range(6)]
-    (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    write_datasets(tmp, 6, 2)
     job = {"model": "smollm2-135m-instruct", "training_file": "train.jsonl", "validation_file": "val.jsonl",
            "seed": 3, "method": {"type": "reinforcement", "reinforcement": {
                "grader": {"type": "string_check", "name": "unused", "input": "x", "reference": "x",

@@ -1,8 +1,9 @@
 """Built-in reward designs from real Agent RFT deployments, usable from a job as
 ``{"type": "builtin", "name": "<design>", ...}`` and importable inside python graders.
 
-Each design lives in its own module with ``build(spec: dict, base_dir: Path) -> Grader``;
-adding one is one line in ``designs``.
+Each design lives in its own module with ``build(spec: dict, base_dir: Path) -> Grader``, which
+validates with the design's spec model from ``arft.config.builtin_graders``; adding one is one
+line in ``designs`` plus its spec model there (in the job's typed ``BuiltinGraderSpec``).
 """
 
 from __future__ import annotations

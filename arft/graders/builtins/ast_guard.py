@@ -26,8 +26,8 @@ A hack is a grade, not a grader error: ``error`` stays ``None``. Unparseable cod
 ``hack:unparseable``. Inside python graders, ``analyze(code, **options)`` returns the findings
 (``Finding(pattern, line, message)``) with the human-readable reasons.
 
-The patterns, each with a one-line description, are ``PATTERNS`` (defined in ``ast_checks``,
-re-exported here): ``unparseable``, ``missing_file``, ``missing_function``,
+The patterns, each with a one-line description, are ``PATTERNS`` (defined with the spec,
+``arft.config.builtin_graders.AST_GUARD_PATTERNS``, re-exported here): ``unparseable``, ``missing_file``, ``missing_function``,
 ``aliased_function``, ``trivial_body``, ``calls_reference``, ``reads_tests``,
 ``inspects_frames``, ``patches_timer``, ``patches_modules``, ``overrides_equality``,
 ``hardcoded_outputs``, ``special_cases_inputs``, ``exits_early``, ``catches_everything``,
@@ -43,7 +43,7 @@ components; any other entry matches as a substring of the path.
 The analysis lives in four modules: ``ast_model`` (the code model: name resolution),
 ``ast_fold`` (safe constant folding), ``ast_checks`` (the patterns and the checks on names,
 calls and writes) and ``ast_logic`` (the checks on definitions, values and control flow). This
-one holds the job spec, the grader, ``analyze`` and ``run_checks``.
+one holds the grader, ``analyze`` and ``run_checks``.
 
 Known blind spots (static analysis cannot be complete; pair this with ``tests_pass`` and
 ``judge_hack_check``):
@@ -73,11 +73,10 @@ import ast
 import dataclasses
 import json
 import re
-from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Literal
+from pathlib import Path
+from typing import Any, Iterable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
+from arft.config.builtin_graders import AstGuardSpec
 from arft.graders.base import GraderError, validate_spec
 from arft.graders.builtins.ast_checks import NAME_CHECKS, PATTERNS, Finding, Options, exec_sources
 from arft.graders.builtins.ast_logic import LOGIC_CHECKS, distinctive, same_value
@@ -85,8 +84,8 @@ from arft.graders.builtins.ast_model import Context
 from arft.graders.templates import PLACEHOLDER, TemplateError, render_template, resolve
 from arft.records import Score
 
-__all__ = ["PATTERNS", "AstGuardGrader", "AstGuardSpec", "Finding", "Options", "analyze", "build",
-           "distinctive", "extract_code", "same_value"]
+__all__ = ["PATTERNS", "AstGuardGrader", "Finding", "Options", "analyze", "build", "distinctive",
+           "extract_code", "same_value"]
 
 
 def run_checks(code: str, opts: Options, depth: int = 0) -> list[Finding]:
@@ -140,7 +139,6 @@ def analyze(code: str, *, required_function: str | None = None,
 # -- the grader ---------------------------------------------------------------------------------
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-_IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def extract_code(text: str) -> str:
@@ -150,74 +148,6 @@ def extract_code(text: str) -> str:
     plain = [b for lang, b in blocks if not lang]
     chosen = python or plain
     return "\n\n".join(chosen) if chosen else text
-
-
-class AstGuardSpec(BaseModel):
-    """The ``ast_guard`` built-in's fields (see the module docstring)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["builtin"] = "builtin"
-    name: Literal["ast_guard"]
-    code: str | None = None
-    """Template of the code (default ``{{ sample.output_text }}``); fenced blocks extracted."""
-    code_from: str | None = None
-    """``workspace:<relative path>``: read a file (or a folder's ``*.py``) of the workspace."""
-    required_function: str | None = None
-    """A function (``solve``) or method (``ModelNew.forward``) that must really exist."""
-    forbidden_names: list[str] = Field(default_factory=list)
-    """Dotted names that must not be imported, called or referenced (templates allowed)."""
-    protected_paths: list[str] = Field(default_factory=list)
-    """Path fragments the code must not open, list, import or run (``tests/``, ``grader``)."""
-    expected_outputs: str | list[Any] | None = None
-    """Values that must not appear as literals (a list, or a template such as
-    ``{{ item.expected }}``)."""
-    test_inputs: str | list[Any] | None = None
-    """Values that must not be special-cased in comparisons, ``in`` tests or table keys."""
-    checks: list[str] | None = None
-    """Patterns to report (default: all; ``unparseable`` is always on)."""
-    penalty: Literal["zero"] | float = "zero"
-    """``zero``: any finding scores 0; a number in (0, 1]: ``1 - penalty`` per finding."""
-
-    @field_validator("checks")
-    @classmethod
-    def _known_checks(cls, value: list[str] | None) -> list[str] | None:
-        unknown = [c for c in value or [] if c not in PATTERNS]
-        if unknown:
-            raise ValueError(f"unknown check(s) {unknown}; known: {', '.join(PATTERNS)}")
-        return value
-
-    @field_validator("penalty")
-    @classmethod
-    def _penalty_range(cls, value: str | float) -> str | float:
-        if not isinstance(value, str) and not 0 < value <= 1:
-            raise ValueError(f"must be 'zero' or a number in (0, 1], got {value}")
-        return value
-
-    @field_validator("required_function")
-    @classmethod
-    def _dotted_name(cls, value: str | None) -> str | None:
-        if value is not None and not _IDENTIFIER_PATH.fullmatch(value):
-            raise ValueError(f"{value!r} is not a name like 'solve' or 'ModelNew.forward'")
-        return value
-
-    @field_validator("code_from")
-    @classmethod
-    def _workspace_path(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        prefix, _, rel = value.partition(":")
-        path = PurePosixPath(rel)
-        if prefix != "workspace" or not rel or path.is_absolute() or ".." in path.parts:
-            raise ValueError(f"{value!r} must be 'workspace:<relative path>' inside the "
-                             "workspace (no leading '/', no '..')")
-        return value
-
-    @model_validator(mode="after")
-    def _one_source(self) -> "AstGuardSpec":
-        if self.code is not None and self.code_from is not None:
-            raise ValueError("set 'code' or 'code_from', not both")
-        return self
 
 
 def _values(template: str | list[Any] | None, sample: dict[str, Any],

@@ -13,7 +13,7 @@ literal list. ``mode``:
   stripped, so ``"Paris."`` matches ``"... Paris, the ..."``).
 * ``judge`` — one judge call reads the answer and the numbered facts and returns the numbers of
   the facts the answer states or clearly implies. Takes the judge fields of
-  ``arft.graders.judge.JudgeFields`` (``model`` is required).
+  ``arft.config.judge.JudgeFields`` (``model`` is required).
 
 The score is ``present / len(facts)`` (partial credit); ``sub_scores`` has ``fact[i]`` = 1.0 or
 0.0 per fact; ``passed`` is ``score >= pass_threshold`` when one is set. No facts, a template error
@@ -26,13 +26,12 @@ import json
 import re
 import string
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
+from arft.config.builtin_graders import FactRecallSpec
 from arft.graders.base import GraderError, validate_spec
-from arft.graders.judge import (JudgeClient, JudgeError, JudgeFields, clip, json_schema_format,
-                                reply_result, result_schema)
+from arft.graders.judge import (JudgeClient, JudgeError, clip, json_schema_format, reply_result,
+                                result_schema)
 from arft.graders.templates import TemplateError, render_template, template_value
 from arft.records import Message, Score
 
@@ -42,21 +41,6 @@ JUDGE_SYSTEM = (
     "contradicts it or only hints vaguely. Judge only the answer, not your own knowledge.\n"
     'Reply with JSON only: {"steps": [{"description": "...", "conclusion": "..."}], '
     '"result": [<the numbers of the facts the answer contains>]}.')
-
-
-class FactRecallSpec(JudgeFields):
-    """Fields of the fact_recall design (judge fields used only in ``judge`` mode)."""
-
-    type: Literal["builtin"]
-    name: Literal["fact_recall"]
-    facts: str | list[str]
-    """A template resolving to the list of reference facts, or the list itself."""
-    input: str = "{{ sample.output_text }}"
-    """Template of the answer to search."""
-    mode: Literal["string", "judge"] = "string"
-    case_sensitive: bool = False
-    """String mode only: compare with case."""
-    pass_threshold: float | None = Field(default=None, ge=0, le=1)
 
 
 def normalise(text: str, case_sensitive: bool = False) -> str:

@@ -35,8 +35,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from arft.config.builtin_graders import SetF1Spec
 from arft.graders.base import validate_spec
 from arft.graders.templates import PLACEHOLDER, TemplateError, template_value
 from arft.records import Score
@@ -50,22 +49,6 @@ _SAMPLE_ROOT = re.compile(r"^\s*sample\s*\.\s*([A-Za-z_][A-Za-z0-9_\-]*)")
 
 class UnparseableError(ValueError):
     """A value that cannot be read as a set of strings."""
-
-
-class SetF1Spec(BaseModel):
-    """The ``set_f1`` built-in's fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["builtin"] = "builtin"
-    name: Literal["set_f1"]
-    predicted: str | list[str]
-    """Template of the model's set, e.g. ``{{ sample.output_json.files }}``."""
-    reference: str | list[str]
-    """Template of the expected set, e.g. ``{{ item.files }}``, or a literal list."""
-    normalize: Normalize = "path"
-    beta: float = Field(default=1.0, gt=0)
-    """F-beta weight: ``beta`` > 1 favours recall, < 1 favours precision."""
 
 
 def normalize_item(text: str, normalize: Normalize = "path") -> str:

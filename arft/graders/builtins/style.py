@@ -29,10 +29,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
+from arft.config.builtin_graders import StylePattern, StyleSpec
 from arft.graders.base import validate_spec
 from arft.graders.templates import TemplateError, render_template
 from arft.records import Score
@@ -42,25 +41,6 @@ from arft.records import Score
 # and keycap sequences such as 1️⃣.
 _EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B05-\u2B07\u2B1B\u2B1C\u2B50\u2B55"
                     "\u231A\u231B\u23E9-\u23FA\u3030\u303D]|[0-9#*]\uFE0F?\u20E3")
-
-
-class StylePattern(BaseModel):
-    """One unprofessional-tone rule: a regex, the penalty when it matches, and its flag label."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    regex: str
-    penalty: float = Field(default=0.1, ge=0)
-    label: str = Field(default="pattern", pattern=r"^[A-Za-z0-9_.\-]+$")
-
-    @field_validator("regex")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as e:
-            raise ValueError(f"not a valid regular expression: {e}") from None
-        return value
 
 
 def default_patterns() -> list[StylePattern]:
@@ -79,23 +59,6 @@ def default_patterns() -> list[StylePattern]:
             r"(?i)\b(?:i hope this helps|happy coding|great question|as an ai(?: language "
             r"model)?|feel free to ask)\b")),
     ]
-
-
-class StyleSpec(BaseModel):
-    """The ``style_penalty`` built-in's fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["builtin"] = "builtin"
-    name: Literal["style_penalty"]
-    input: str = "{{ sample.output_text }}"
-    """Template of the text to judge."""
-    max_words: int | None = Field(default=150, ge=0)
-    per_word_over: float = Field(default=0.002, ge=0)
-    emoji_penalty: float = Field(default=0.2, ge=0)
-    patterns: list[StylePattern] | None = None
-    """Tone rules; ``None`` (default) uses ``default_patterns()``, ``[]`` none."""
-    base: float = 1.0
 
 
 @dataclass(frozen=True)

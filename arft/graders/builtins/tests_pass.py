@@ -45,10 +45,9 @@ import stat
 import sys
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from arft.config.builtin_graders import TestsPassSpec
 from arft.graders.base import GraderError, validate_spec
 from arft.graders.templates import PLACEHOLDER, TemplateError, render_template, resolve
 from arft.records import Score
@@ -60,25 +59,6 @@ _SUMMARY = re.compile(r"^=*\s*(?P<body>(?:\d+ [a-z]+)(?:, \d+ [a-z]+)*|no tests 
                       r" in [\d.]+s(?: \([\d:.]+\))?\s*=*\s*$")
 _PLURALS = {"error": "errors", "warning": "warnings", "rerun": "reruns"}
 _TAIL_CHARS = 600
-
-
-class TestsPassSpec(BaseModel):
-    """The ``tests_pass`` built-in's fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["builtin"] = "builtin"
-    name: Literal["tests_pass"]
-    command: str = Field(default="python -m pytest -q", min_length=1)
-    """Shell command run in the copy (``bash -c``)."""
-    tests: str | dict[str, str] | None = None
-    """``{path: content}``, a directory/file relative to the job file, or a template of either."""
-    mode: Literal["fraction", "all_or_nothing"] = "fraction"
-    parser: Literal["auto", "pytest", "exit_code"] = "auto"
-    timeout_s: float = Field(default=120.0, gt=0)
-    memory_mb: int = Field(default=2048, gt=0)
-    env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for the command."""
 
 
 class _Problem(Exception):

@@ -57,8 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
+from arft.config.builtin_graders import ToolBudgetSpec, VerificationSpec
 from arft.graders.base import validate_spec
 from arft.records import Score
 
@@ -95,15 +94,6 @@ def command_regex(prefix: str) -> re.Pattern[str]:
     words = r"\s+".join(re.escape(w) for w in prefix.split())
     end = r"(?![\w.\-])" if re.match(r"[\w.\-]", prefix[-1:]) else ""
     return re.compile(_COMMAND_START + words + end)
-
-
-def _regex_list(values: list[str]) -> list[str]:
-    for value in values:
-        try:
-            re.compile(value)
-        except re.error as e:
-            raise ValueError(f"{value!r} is not a valid regular expression: {e}") from None
-    return values
 
 
 @dataclass(frozen=True)
@@ -257,39 +247,6 @@ _NO_TRAJECTORY = ("the sample has no trajectory (sample.trajectory.tool_calls); 
                   "judges a whole rollout, not a bare answer")
 
 
-class VerificationSpec(BaseModel):
-    """The ``verification_bonus`` built-in's fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["builtin"] = "builtin"
-    name: Literal["verification_bonus"]
-    patterns: list[str] = Field(default_factory=default_verify_commands)
-    """Command prefixes that verify (run tests); see the module docstring."""
-    tools: list[str] = Field(default_factory=lambda: ["run_tests"])
-    """Tool names whose every call is a verification."""
-    bonus: float = 1.0
-    require_after_last_edit: bool = True
-    edit_tools: list[str] | None = None
-    """Tool names that edit; default: names containing write, edit, patch, apply, ..."""
-    edit_patterns: list[str] = Field(default_factory=default_edit_commands)
-    require_success: bool = True
-    output_patterns: list[str] | None = None
-    """Regexes; when set, a verification's output must match one of them."""
-
-    @field_validator("patterns", "edit_patterns")
-    @classmethod
-    def _not_blank(cls, value: list[str]) -> list[str]:
-        if any(not p.strip() for p in value):
-            raise ValueError("a command prefix must not be empty (it would match every command)")
-        return value
-
-    @field_validator("output_patterns")
-    @classmethod
-    def _compiles(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else _regex_list(value)
-
-
 class VerificationGrader:
     """``bonus`` when the agent verified its work (after its last edit), else 0."""
 
@@ -344,20 +301,6 @@ def budget_score(n_calls: int, budget: int, penalty: float = 0.1,
         return 1.0
     lost = penalty * over if kind == "linear" else penalty
     return max(0.0, 1.0 - lost)
-
-
-class ToolBudgetSpec(BaseModel):
-    """The ``tool_budget`` built-in's fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["builtin"] = "builtin"
-    name: Literal["tool_budget"]
-    budget: int = Field(ge=0)
-    """Tool calls allowed without penalty."""
-    penalty: float = Field(default=0.1, ge=0)
-    kind: Literal["linear", "step"] = "linear"
-    count: Literal["executed", "all"] = "executed"
 
 
 class ToolBudgetGrader:

@@ -17,6 +17,7 @@ from arft.budget import count_calls
 from arft.config import JobSpec, load_job
 from arft.records import Rollout, Score
 from arft.tracing.store import RunStore
+from tests.training import LengthGrader, write_datasets
 from tests.unit.tracing.factories import make_rollout, tool_record
 
 
@@ -82,20 +83,8 @@ def test_budget_penalty_counts_executed_calls(kind: str, penalty: float) -> None
     assert no_budget == pytest.approx([0.5, -0.5])
 
 
-class LengthGrader:
-    """A continuous reward from the answer's length: random text gives every group variance."""
-
-    name = "length"
-
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
-        return Score(score=(len(sample["output_text"]) % 13) / 12.0)
-
-
 def write_job(tmp: Path) -> Path:
-    rows = [{"id": f"t{i}", "messages": [{"role": "user", "content": f"Say something about {i}."}]}
-            for i in range(4)]
-    (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp / "val.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    write_datasets(tmp, 4, 1)
     job = {"training_file": "train.jsonl", "validation_file": "val.jsonl", "seed": 3,
            "method": {"type": "reinforcement", "reinforcement": {
                "grader": {"type": "string_check", "name": "unused", "input": "x", "reference": "x",

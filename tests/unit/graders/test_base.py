@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from arft.config.graders import StringCheckSpec
 from arft.graders.base import Grader, GraderError, build_sample, validate_spec
-from arft.graders.string_check import StringCheckGrader, StringCheckSpec
+from arft.graders.string_check import StringCheckGrader
 from arft.records import Message
 
 from .helpers import make_rollout

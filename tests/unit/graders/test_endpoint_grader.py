@@ -15,8 +15,9 @@ from typing import Any, Iterator
 
 import pytest
 
+from arft.config.graders import EndpointSpec
 from arft.graders.base import GraderError, build_sample, validate_spec
-from arft.graders.endpoint import EndpointGrader, EndpointSpec
+from arft.graders.endpoint import EndpointGrader
 from arft.graders.registry import build_grader
 from arft.records import Score
 from tests.servers import free_port, serve

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from arft.config.graders import MultiSpec
 from arft.graders.base import GraderError, build_sample, validate_spec
 from arft.graders.formula import parse_formula
-from arft.graders.multi import MultiGrader, MultiSpec
+from arft.graders.multi import MultiGrader
 from arft.graders.registry import build_grader
 from arft.records import Score
 
@@ -103,7 +104,7 @@ class Fixed:
 
 def direct(children: dict[str, Any], formula: str) -> MultiGrader:
     spec = validate_spec(MultiSpec, {"type": "multi", "name": "m", "calculate_output": formula,
-                                     "graders": {k: {"type": "x"} for k in children}})
+                                     "graders": {k: check("eq", "x") for k in children}})
     return MultiGrader(spec, children, parse_formula(formula, allowed_names=children))
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, Sequence
 
 import pytest
 import torch
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 
 from arft.engines.base import Generation, SamplingParams
 from arft.engines.openai_engine import OpenAIEngine
@@ -23,7 +23,7 @@ from arft.rollout.conversation import ChatConversation, TokenConversation, _firs
 from arft.rollout.loop import run_rollout
 from arft.tools.base import ToolContext
 from arft.tools.python_fn import PythonTool
-from tests.servers import serve
+from tests.servers import chat_completion, recording_app, serve
 from tests.specs import limits, sampling
 from tests.unit.engines.test_transformers_engine import varied_model
 
@@ -187,25 +187,18 @@ async def test_forced_tool_choice_holds_for_the_first_turn_only(tokenizer: Any, 
 
 def chat_app(bodies: list[dict[str, Any]]) -> FastAPI:
     """An OpenAI-compatible fake: a lookup call first, then an answer naming the tool's output."""
-    app = FastAPI()
 
-    @app.post("/v1/chat/completions")
-    async def completions(req: Request) -> dict[str, Any]:
-        body = await req.json()
-        bodies.append(body)
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
         last = body["messages"][-1]
         if last["role"] == "tool":
-            message, finish = {"role": "assistant", "content": f"Got {last['content']}."}, "stop"
-        else:
-            message = {"role": "assistant", "content": None, "tool_calls": [{
-                "id": "call_1", "type": "function",
-                "function": {"name": "lookup", "arguments": json.dumps({"key": "a"})}}]}
-            finish = "tool_calls"
-        return {"id": "x", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+            return chat_completion(body, {"role": "assistant", "content": f"Got {last['content']}."},
+                                   completion_tokens=5)
+        message = {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "lookup", "arguments": json.dumps({"key": "a"})}}]}
+        return chat_completion(body, message, "tool_calls", completion_tokens=5)
 
-    return app
+    return recording_app("/v1/chat/completions", bodies, answer)
 
 
 async def test_chat_conversation_has_no_tokens_and_forces_the_first_turn_only() -> None:

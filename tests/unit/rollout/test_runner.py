@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import pytest
 import torch
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from arft.config import JobSpec
@@ -22,7 +22,7 @@ from arft.rollout.runner import RolloutRunner
 from arft.tools.python_fn import PythonTool
 from arft.tools.registry import Toolbox, open_toolbox
 from arft.tracing.store import RunStore
-from tests.servers import serve
+from tests.servers import chat_completion, recording_app, serve, tool_output
 from tests.unit.engines.test_transformers_engine import varied_model
 
 EOS = "<|im_end|>"
@@ -144,17 +144,13 @@ async def test_same_seed_same_rollouts_whatever_the_concurrency(tmp_path: Path, 
 
 def failing_tool_app(seen: list[dict[str, Any]]) -> FastAPI:
     """A hosted-contract tool endpoint that is down (503) for task 'down' and fine otherwise."""
-    app = FastAPI()
 
-    @app.post("/lookup")
-    async def lookup(req: Request) -> Any:
-        body = await req.json()
-        seen.append(body)
+    def answer(body: dict[str, Any]) -> Any:
         if body["item"]["id"] == "down":
             return JSONResponse({"error": "overloaded"}, status_code=503)
-        return {"type": "function_call_output", "call_id": body["call_id"], "id": body["id"], "output": "v"}
+        return tool_output(body, "v")
 
-    return app
+    return recording_app("/lookup", seen, answer)
 
 
 async def test_infra_failed_rollout_is_stored_but_never_graded(tmp_path: Path, tokenizer: Any) -> None:
@@ -207,17 +203,8 @@ async def test_a_workspace_toolbox_without_workspace_root_is_a_clear_error(
 
 def chat_app(bodies: list[dict[str, Any]]) -> FastAPI:
     """An OpenAI-compatible fake that answers at once and records every request body."""
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def completions(req: Request) -> dict[str, Any]:
-        body = await req.json()
-        bodies.append(body)
-        return {"id": "x", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
-
-    return app
+    return recording_app("/v1/chat/completions", bodies,
+                         lambda body: chat_completion(body, {"role": "assistant", "content": "ok"}))
 
 
 async def test_a_seed_reaches_a_chat_engine(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from arft.config.builtin_graders import StylePattern
 from arft.graders.base import GraderError, build_sample
-from arft.graders.builtins.style import (StylePattern, count_emoji, default_patterns,
-                                         style_report, style_score)
+from arft.graders.builtins.style import count_emoji, default_patterns, style_report, style_score
 from arft.graders.registry import build_grader
 from arft.records import Score
 
