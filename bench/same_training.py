@@ -41,7 +41,10 @@ try:
     from arft.app.train import train
 except ImportError:  # before the application layer
     from arft.trainer.loop import train
-asyncio.run(train(load_job(path), out))
+try:
+    asyncio.run(train(load_job(path), out))
+finally:
+    path.unlink()  # the job must sit beside the example's files; leave no trace there
 """
 
 
