@@ -55,13 +55,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Sequence
 
+from arft.budget import BudgetKind, CallCount, budget_penalty, count_calls
 from arft.config.builtin_graders import ToolBudgetSpec, VerificationSpec
 from arft.graders.base import validate_spec
 from arft.records import Score
 
-_NOT_EXECUTED = ("refused", "parse_error")
 # Where a shell command may start: string start, a separator, then env assignments and a path.
 _COMMAND_START = r"(?:^|(?<=[;&|(\n]))\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:[^\s;&|()]*/)?"
 # An output redirection into a file (not a descriptor duplication, not /dev/null).
@@ -282,25 +282,16 @@ def build_verification_bonus(spec: dict[str, Any], base_dir: Path) -> Verificati
     return VerificationGrader(validate_spec(VerificationSpec, spec))
 
 
-def count_tool_calls(tool_calls: Sequence[dict[str, Any]],
-                     count: Literal["executed", "all"] = "executed") -> int:
-    """Calls that ran (``executed``: not refused, not unparseable) or every record (``all``)."""
-    if count == "all":
-        return len(tool_calls)
-    return sum(1 for c in tool_calls if c.get("status", "ok") not in _NOT_EXECUTED)
+def count_tool_calls(tool_calls: Sequence[dict[str, Any]], count: CallCount = "executed") -> int:
+    """Calls that ran (``executed``: not refused, not unparseable) or every record (``all``),
+    counted as the trainer's budget penalty counts them (``arft.budget``)."""
+    return count_calls((c.get("status", "ok") for c in tool_calls), count)
 
 
-def budget_score(n_calls: int, budget: int, penalty: float = 0.1,
-                 kind: Literal["linear", "step"] = "linear") -> float:
-    """1.0 within ``budget``; over it 1 − penalty × calls over (linear) or 1 − penalty (step).
-
-    Never below 0.
-    """
-    over = max(0, n_calls - budget)
-    if over == 0:
-        return 1.0
-    lost = penalty * over if kind == "linear" else penalty
-    return max(0.0, 1.0 - lost)
+def budget_score(n_calls: int, budget: int, penalty: float = 0.1, kind: BudgetKind = "linear") -> float:
+    """1.0 within ``budget``; over it 1 − the trainer's budget penalty (``arft.budget``):
+    penalty × calls over (linear) or penalty once (step). Never below 0."""
+    return max(0.0, 1.0 - budget_penalty(n_calls, budget, penalty, kind))
 
 
 class ToolBudgetGrader:
