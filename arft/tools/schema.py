@@ -78,7 +78,7 @@ def type_schema(tp: Any) -> dict[str, Any]:
         return {"type": _SIMPLE[tp]}
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is typing.Annotated:
-        schema = type_schema(args[0])
+        schema = {**type_schema(args[0]), **_constraints(tp, args)}
         notes = [a for a in args[1:] if isinstance(a, str)]
         return {**schema, "description": notes[0]} if notes else schema
     if origin is typing.Literal:
@@ -92,6 +92,18 @@ def type_schema(tp: Any) -> dict[str, Any]:
     if isinstance(tp, type) and hasattr(tp, "model_json_schema"):  # a pydantic model
         return dict(tp.model_json_schema())
     return _container_schema(origin or tp, args)
+
+
+def _constraints(tp: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+    """The JSON-schema bounds of ``Annotated[str|int|float, Field(max_length=..., ge=...)]``
+    (pydantic ``Field`` or ``annotated_types`` metadata), as pydantic writes them: ``maxLength``,
+    ``minimum``, ``pattern``, ... A constrained tool call is then held to them too."""
+    if args[0] not in (str, int, float) or all(isinstance(a, str) for a in args[1:]):
+        return {}
+    from pydantic import TypeAdapter
+
+    schema = TypeAdapter(tp).json_schema()  # pydantic ignores the plain-string notes
+    return {k: v for k, v in schema.items() if k not in ("type", "title", "description")}
 
 
 def _container_schema(origin: Any, args: tuple[Any, ...]) -> dict[str, Any]:

@@ -6,6 +6,9 @@ import enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
+from annotated_types import MaxLen
+from pydantic import Field
+
 from arft.tools.base import ToolContext
 from arft.tools.schema import function_schema, parse_param_docs, summary, type_schema
 
@@ -168,3 +171,25 @@ def test_one_unresolvable_annotation_does_not_lose_the_others() -> None:
 
     props = function_schema(f)["function"]["parameters"]["properties"]
     assert props == {"n": {"type": "integer"}, "thing": {}}
+
+
+def test_field_bounds_in_annotated_parameters_reach_the_schema() -> None:
+    assert type_schema(Annotated[str, Field(max_length=80)]) == {"type": "string", "maxLength": 80}
+    assert type_schema(Annotated[int, Field(ge=1, le=5), "How many."]) == {
+        "type": "integer", "minimum": 1, "maximum": 5, "description": "How many."}
+    assert type_schema(Annotated[str, MaxLen(10)]) == {"type": "string", "maxLength": 10}
+    assert type_schema(Annotated[str, Field(pattern="^[a-z]+$")]) == {"type": "string", "pattern": "^[a-z]+$"}
+
+    def lookup(query: Annotated[str, Field(max_length=60)], n: Annotated[int, Field(ge=1)] = 3) -> str:
+        """Search.
+
+        Args:
+            query: Words to look for.
+            n: How many hits.
+        """
+        return query
+
+    params = function_schema(lookup)["function"]["parameters"]
+    assert params["properties"]["query"] == {"type": "string", "maxLength": 60,
+                                             "description": "Words to look for."}
+    assert params["properties"]["n"]["minimum"] == 1
