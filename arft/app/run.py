@@ -54,7 +54,7 @@ def check_tools(job: JobSpec, tasks: Sequence[Task], toolbox: Toolbox, split: Sp
 
 @asynccontextmanager
 async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = None,
-                   close_engine: bool | None = None, grader: Grader | None = None,
+                   close_engine: bool = False, grader: Grader | None = None,
                    splits: Mapping[Split, Sequence[Task]] | None = None,
                    on_status: Callable[[str], None] = lambda s: None) -> AsyncIterator[Run]:
     """Build the run of ``job`` in ``run_dir``; close it on the way out.

@@ -76,7 +76,9 @@ class TokenEngine(Protocol):
     """Token ids in, token ids + logprobs out. Concurrent calls may be batched together.
 
     An engine that honours ``SamplingParams.grammar`` says so with a class attribute
-    ``supports_constraints = True`` (read with ``supports_constraints(engine)``); others ignore it.
+    ``supports_constraints = True`` (read with ``supports_constraints(engine)``) and has
+    ``check_grammar(grammar)``, which compiles it ahead of the first request (raising
+    ``ConstraintError`` for a schema it cannot enforce); others ignore grammars.
     """
 
     tokenizer: Any

@@ -44,6 +44,7 @@ from arft.engines.decode_rows import FinishRules, Request, Row, generation, new_
 from arft.engines.grammar import ToolCallMasker
 from arft.engines.kv_batch import KVBatch, growing_layer
 from arft.engines.sampling import sample_rows
+from arft.models.constraints import ToolGrammar
 
 if TYPE_CHECKING:
     import torch
@@ -82,6 +83,11 @@ class TransformersEngine:
     """
 
     supports_constraints = True
+
+    def check_grammar(self, grammar: ToolGrammar) -> None:
+        """Compile ``grammar`` now (it is cached for the requests that use it), so a schema the
+        constraint cannot enforce fails before any rollout (``ConstraintError``)."""
+        self.masker.compile(grammar)
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
                  device: str | None = None) -> None:

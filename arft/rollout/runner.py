@@ -55,7 +55,7 @@ def check_tool_grammar(engine: Any, chat_format: Any, schemas: Sequence[dict[str
     run before any rollout (``ConstraintError`` naming the tool and the schema keyword)."""
     grammar = chat_format.tool_grammar(schemas, constrain)
     if grammar is not None:
-        engine.masker.compile(grammar)
+        engine.check_grammar(grammar)
 
 
 @dataclass

@@ -63,15 +63,16 @@ async def run_doctor(job: JobSpec, data: DoctorData, *, samples: int = 4, n_task
         return DoctorReport(job=job_name, checks=[*static, *explore,
                                                   *skipped(REWARD, "fix task.grader first")])
     tasks, baseline = data.train[:n_tasks], None
+    where = RunDir.of(run_dir) if run_dir is not None else None
     grader = build_grader(job.rl.grader, job.base_dir)
     try:
         if rollouts and not broken:
-            assert run_dir is not None
-            explore, baseline = await _explore(job, tasks, samples, RunDir.of(run_dir), engine, grader,
+            assert where is not None
+            explore, baseline = await _explore(job, tasks, samples, where, engine, grader,
                                                on_status, on_done)
         on_status("auditing the grader")
         reward = await audit_checks(job, tasks, grader, baseline)
     finally:
         await close_grader(grader)
     return DoctorReport(job=job_name, checks=[*static, *explore, *reward],
-                        baseline_run=str(RunDir.of(run_dir).path) if baseline is not None else None)
+                        baseline_run=str(where.path) if where is not None and baseline is not None else None)
