@@ -96,7 +96,7 @@ class WandbSink:
         except ImportError as e:
             raise TrackingError("logging.wandb is set but wandb is not installed: `pip install wandb` "
                                 "(or remove logging.wandb from the job)") from e
-        id_file = run_dir / "wandb_run_id.txt"
+        id_file = RunDir(run_dir).wandb_run_id
         run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
         id_file.write_text(run_id)
         try:
@@ -124,9 +124,9 @@ class MlflowSink:
             raise TrackingError("logging.mlflow is set but mlflow is not installed: `pip install "
                                 "'arft[tracking]'` (mlflow-skinny + sqlalchemy), or remove logging.mlflow "
                                 "from the job") from e
-        uri = spec.tracking_uri or f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+        uri = spec.tracking_uri or f"sqlite:///{RunDir(run_dir).mlflow_db.resolve()}"
         self._client = MlflowClient(tracking_uri=uri)
-        id_file = run_dir / "mlflow_run_id.txt"
+        id_file = RunDir(run_dir).mlflow_run_id
         try:
             if id_file.exists():
                 self._run_id = id_file.read_text().strip()

@@ -9,6 +9,7 @@ A run directory (``arft train`` / ``arft eval`` / ``arft doctor`` output) holds:
     checkpoints/       step-NNNNNN/ folders and the ``latest`` pointer (``arft train``)
     workspaces/        per-rollout workspaces while rollouts run
     tensorboard/       TensorBoard event files (``logging.tensorboard``)
+    wandb_run_id.txt   mlflow_run_id.txt, mlflow.db: the dashboards' run ids (and MLflow's default store)
     report.html        ``arft report``'s default output
 """
 
@@ -73,6 +74,21 @@ class RunDir:
     @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
+
+    @property
+    def wandb_run_id(self) -> Path:
+        """The W&B run id, so ``arft train --resume`` logs to the same dashboard run."""
+        return self.path / "wandb_run_id.txt"
+
+    @property
+    def mlflow_run_id(self) -> Path:
+        """The MLflow run id, likewise."""
+        return self.path / "mlflow_run_id.txt"
+
+    @property
+    def mlflow_db(self) -> Path:
+        """MLflow's store when ``logging.mlflow`` names no tracking URI."""
+        return self.path / "mlflow.db"
 
     @property
     def report(self) -> Path:
