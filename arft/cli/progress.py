@@ -81,6 +81,11 @@ class TrainDisplay:
     def _step(self, step: int, m: dict[str, float]) -> None:
         self._close()
         g = m.get
+        if "sft/tokens" in m:
+            self.console.print(
+                f"step {step:3d}  nll {g('sft/nll', float('nan')):.3f}  tokens {int(g('sft/tokens', 0))}  "
+                f"|g| {g('update/grad_norm', 0):.2f}  lr {g('update/lr', 0):.1e}  t {g('time/step_s', 0):.0f}s")
+            return
         if "update/lr" not in m:  # every group dropped (no reward variance): nothing to learn from
             self.console.print(
                 f"step {step:3d}  reward {g('train/reward_mean', float('nan')):.3f}  "

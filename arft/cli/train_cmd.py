@@ -23,6 +23,9 @@ def train_cmd(
     job_file: Optional[Path] = typer.Argument(None, help="Job spec (YAML or JSON). Not needed with --resume."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default: runs/<job>-train-<time>)."),
     resume: Optional[Path] = typer.Option(None, help="Continue this run directory from its latest checkpoint."),
+    init_from: Optional[Path] = typer.Option(
+        None, "--init-from", help="Start from this run's weights (an `arft sft` warm start); "
+                                  "overrides training.init_from."),
 ) -> None:
     """Reinforcement fine-tuning: rollouts, grades, group-relative advantages, updates, evals."""
     if resume is not None:
@@ -33,6 +36,9 @@ def train_cmd(
         job = load_job(job_file)
     except JobError as e:
         fail(str(e))
+    if init_from is not None:
+        job = job.model_copy(update={"training": job.training.model_copy(
+            update={"init_from": str(init_from.resolve())})})
     run_dir = RunDir(resume.resolve()) if resume else (
         RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "train"))
     if resume is None:

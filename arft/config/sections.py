@@ -153,6 +153,10 @@ class TrainingSpec(Spec):
     eval_tasks: int | None = Field(default=None, ge=1)
     """Evaluate during training on the first N validation tasks only (default: all of them).
     Keeps evals affordable on a CPU when the validation file is large."""
+    init_from: str | None = None
+    """Start from the weights of another run's latest checkpoint: a warm start from ``arft sft``
+    (or an earlier ``arft train``) of the same model and the same ``finetune`` / ``lora``
+    settings. A run directory; relative paths resolve against the job file's folder."""
 
 
 class WandbSpec(Spec):

@@ -46,6 +46,7 @@ from arft.models.toolcalls import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
     ParsedTurn,
+    canonical_arguments,
     parse_tool_calls,
     strip_end_of_turn,
 )
@@ -168,6 +169,25 @@ class ChatFormat:
         text = close + self._followup_text(tool_messages)
         prefill = self._prefill(parse_tool_choice(tool_choice_next))
         return Rendered(self.encode(text) + self.encode(prefill), prefill, text + prefill)
+
+    def turn_text(self, message: Message) -> str:
+        """The text the model writes for an assistant ``message``: its content, then each call in
+        this format's call syntax, up to the last call's close (where a sampled turn that made
+        those calls stops). Renders demonstrations the way rollouts are sampled.
+
+        Raises ``ChatFormatError`` for arguments that are not a JSON object.
+        """
+        parts = [message.content] if message.content else []
+        for tc in message.tool_calls or ():
+            try:
+                args = json.loads(tc.function.arguments) if tc.function.arguments.strip() else {}
+            except json.JSONDecodeError as e:
+                raise ChatFormatError(f"call {tc.function.name!r}: its arguments are not JSON ({e})") from None
+            if not isinstance(args, dict):
+                raise ChatFormatError(f"call {tc.function.name!r}: its arguments are not a JSON object")
+            name = json.dumps(tc.function.name, ensure_ascii=False)[1:-1]
+            parts.append(self._call_open + name + self._args_infix + canonical_arguments(args) + self._call_end)
+        return "\n".join(parts)
 
     def tool_grammar(self, tools: Sequence[dict[str, Any]], constrain_all: bool) -> ToolGrammar | None:
         """The constraint on this format's tool calls for a row offering ``tools``, or None.

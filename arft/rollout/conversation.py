@@ -99,6 +99,12 @@ class TokenConversation:
         self._prefill = rendered.prefill
         self.prompt_len = len(self.token_ids)
 
+    @property
+    def prefill(self) -> str:
+        """Text that ends the ids so far but belongs to the coming assistant turn (a forced call's
+        opening): the turn's full text is this plus what is sampled."""
+        return self._prefill
+
     def token_fields(self) -> dict[str, Any]:
         return dict(token_ids=tuple(self.token_ids), loss_mask=tuple(self.loss_mask),
                     logprobs=tuple(self.logprobs), prompt_len=self.prompt_len,

@@ -100,6 +100,31 @@ class Learner:
                 "update/tis_truncated_fraction": stats.tis_truncated / n,
                 "update/grad_norm": max(norms), "update/lr": self.optimizer.param_groups[0]["lr"]}
 
+    def supervised_update(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step of supervised fine-tuning on ``batch``: the mean negative
+        log-likelihood of the masked tokens (at temperature 1; advantages and old logprobs are
+        ignored). Returns the step's metrics."""
+        import torch
+
+        mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id)
+        total = sum(mb.n_tokens for mb in mbs)
+        if total == 0:
+            return {"sft/tokens": 0.0}
+        self.policy.train()
+        nll = 0.0
+        for mb in mbs:
+            with self._autocast():
+                lp, _ = token_logprobs(self.policy, mb, 1.0)
+            (-lp.sum() / total).backward()
+            nll -= float(lp.detach().sum())
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.spec.max_grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.policy.eval()
+        return {"sft/tokens": float(total), "sft/nll": nll / total, "update/grad_norm": norm,
+                "update/lr": self.optimizer.param_groups[0]["lr"]}
+
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
 

@@ -13,12 +13,17 @@ from arft.config import JobSpec
 from arft.tracing.run_dir import RunDir
 
 
+WEIGHT_RUN_KINDS = ("train", "sft")
+"""Store run kinds whose checkpoints hold weights (``training.init_from``, ``arft merge``)."""
+
+
 def run_job(run_dir: Path) -> JobSpec:
-    """The job a training run was started with (from its store)."""
+    """The job a ``train`` or ``sft`` run was started with (from its store)."""
     with RunDir(run_dir).open_store() as store:
-        runs = [r for r in store.runs() if r["kind"] == "train"]
+        runs = [r for r in store.runs() if r["kind"] in WEIGHT_RUN_KINDS]
     if not runs:
-        raise ValueError(f"{run_dir} holds no training run: `arft merge` needs a run from `arft train`")
+        raise ValueError(f"{run_dir} holds no training run: give a run directory made by "
+                         "`arft train` or `arft sft`")
     return JobSpec.model_validate(runs[0]["job"])
 
 

@@ -1,0 +1,162 @@
+"""What every weight-changing command shares (``arft train``, ``arft sft``): the policy and the
+engine that samples from it, the progress hooks, the periodic evaluation of the validation set,
+the evaluations a resumed run already made, and a warm start from another run's weights
+(``training.init_from``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arft.app.run import Run
+from arft.config import JobSpec
+from arft.engines.transformers_engine import TransformersEngine
+from arft.metrics.sinks import MetricSink, log_all
+from arft.metrics.summary import EvalSummary, flat_metrics, summarize
+from arft.models.loading import load_model
+from arft.records import Rollout, Task
+from arft.tracing.run_dir import RunDir
+from arft.tracing.store import RunStore
+from arft.trainer.learner import Learner, wrap_policy
+from arft.trainer.merge import run_job
+from arft.trainer.memory import release_memory
+
+EVAL_SEED_OFFSET = 7_919_000
+"""Evaluations sample with the same seeds every time, so eval curves compare like with like."""
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    evals: dict[int, EvalSummary] = field(default_factory=dict)
+    """Step -> summary of the validation set at that step (0 = the baseline)."""
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Hooks:
+    """Callbacks for progress displays (all optional)."""
+
+    status: Callable[[str], None] = lambda s: None
+    phase: Callable[[str, int], None] = lambda name, total: None
+    rollout_done: Callable[[Rollout], None] = lambda r: None
+    step_done: Callable[[int, dict[str, float]], None] = lambda step, m: None
+    eval_done: Callable[[int, EvalSummary], None] = lambda step, summary: None
+
+
+@dataclass
+class Session:
+    """The live objects of one weight-changing run: its rollouts, learner, evaluation set, metric
+    sinks, and the id its records carry in the store (``train``, ``sft``)."""
+
+    run: Run
+    learner: Learner
+    run_id: str
+    val_tasks: list[Task]
+    hooks: Hooks
+    result: TrainResult
+    sinks: list[MetricSink] = field(default_factory=list)
+    """The store and metrics.jsonl always; TensorBoard / W&B / MLflow as ``job.logging`` says."""
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        log_all(self.sinks, step, values)
+
+
+async def evaluate_step(s: Session, step: int) -> EvalSummary:
+    """Evaluate the current weights on the validation tasks (stored as ``RUN_ID:eval-STEP``)."""
+    job, store = s.run.job, s.run.store
+    k = job.rl.hyperparameters.resolved("eval_samples")
+    s.hooks.phase(f"eval @ step {step}", len(s.val_tasks) * k)
+    eval_id = f"{s.run_id}:eval-{step:06d}"
+    n = 1
+    while store.has_run(eval_id):  # re-evaluated after a resume: keep both
+        eval_id, n = f"{s.run_id}:eval-{step:06d}-r{n}", n + 1
+    store.create_run(eval_id, "eval", {"step": step})
+    rollouts = await s.run.runner.run_many(s.val_tasks, k, run_id=eval_id, step=step,
+                                           seed=job.seed + EVAL_SEED_OFFSET, on_done=s.hooks.rollout_done)
+    store.finish_run(eval_id, "completed")
+    release_memory()
+    summary = summarize(rollouts)
+    s.metrics(step, flat_metrics(summary, "eval"))
+    s.result.evals[step] = summary
+    s.hooks.eval_done(step, summary)
+    return summary
+
+
+def stored_evals(store: RunStore, run_id: str, up_to: int) -> dict[int, EvalSummary]:
+    """The evaluations a resumed run already made (the baseline among them), from its store."""
+    evals: dict[int, EvalSummary] = {}
+    for r in store.runs():
+        step = (r.get("job") or {}).get("step")
+        if r["kind"] == "eval" and r["run_id"].startswith(f"{run_id}:eval-") and step is not None \
+                and step <= up_to:
+            rollouts = store.rollouts(r["run_id"])
+            if rollouts:
+                evals[int(step)] = summarize(rollouts)
+    return evals
+
+
+def policy_engine(job: JobSpec, model: Any, tokenizer: Any,
+                  max_batch_size: int | None) -> tuple[Any, TransformersEngine, Any]:
+    """(policy, an engine sampling from it, tokenizer): the model the job names, or the one given."""
+    if model is None:
+        dtype = "float32" if job.training.finetune == "full" else job.engine.dtype
+        model, tokenizer = load_model(job.model_ref, dtype=dtype, device=job.engine.device)
+    policy = wrap_policy(model, job.training, job.seed)
+    policy.eval()
+    engine = TransformersEngine(policy, tokenizer, max_batch_size=max_batch_size or job.engine.max_batch_size)
+    return policy, engine, tokenizer
+
+
+def init_path(job: JobSpec) -> Path | None:
+    """``training.init_from`` as an absolute path (relative paths: the job file's folder)."""
+    init = job.training.init_from
+    if init is None:
+        return None
+    path = Path(init).expanduser()
+    return path if path.is_absolute() else (job.base_dir / path).resolve()
+
+
+def warm_start(learner: Learner, job: JobSpec, source: Path) -> Path:
+    """Load the weights of ``source``'s latest checkpoint (a ``train`` or ``sft`` run) into the
+    learner's policy; the optimizer starts fresh. Returns the checkpoint used.
+
+    Raises ``ValueError`` when the run has no checkpoint, or its model or adapter differ from
+    ``job``'s (the weights would not fit, or would mean something else).
+    """
+    from safetensors.torch import load_file
+
+    checkpoint = RunDir(source).latest_checkpoint()
+    if checkpoint is None:
+        raise ValueError(f"training.init_from: {source} has no checkpoint yet (did its `arft sft` "
+                         "or `arft train` finish a step?)")
+    theirs = run_job(source)
+    _check_compatible(job, theirs, source)
+    learner.load_trainable_state(load_file(str(checkpoint / "trainable.safetensors")))
+    return checkpoint
+
+
+def _check_compatible(job: JobSpec, theirs: JobSpec, source: Path) -> None:
+    if theirs.model_ref != job.model_ref:
+        raise ValueError(f"training.init_from: {source} trained {theirs.model_ref}, this job trains "
+                         f"{job.model_ref}: start from a run of the same model")
+    mine, other = job.training, theirs.training
+    if other.finetune != mine.finetune:
+        raise ValueError(f"training.init_from: {source} is a {other.finetune} run and this job is "
+                         f"{mine.finetune}: use the same training.finetune (or `arft merge` it and "
+                         "make the merged model this job's model)")
+    if mine.finetune == "lora" and other.lora != mine.lora:
+        raise ValueError(f"training.init_from: {source} trained a different adapter "
+                         f"({other.lora.model_dump()}) than this job's training.lora "
+                         f"({mine.lora.model_dump()}): use the same LoRA settings")
+
+
+def apply_init_from(s: Session) -> None:
+    """A fresh run with ``training.init_from`` starts from that run's weights."""
+    source = init_path(s.run.job)
+    if source is not None:
+        checkpoint = warm_start(s.learner, s.run.job, source)
+        s.hooks.status(f"warm start from {checkpoint}")
