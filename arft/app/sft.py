@@ -49,6 +49,8 @@ class SftOptions:
     """Default: the job's (``training.learning_rate`` x ``learning_rate_multiplier``)."""
     min_reward: float | None = None
     """Keep only rollouts graded at least this (a run directory as the source)."""
+    min_scores: dict[str, float] = field(default_factory=dict)
+    """Keep only rollouts whose grader sub-scores reach these (``{"verified": 1.0}``)."""
     best_of: int | None = None
     """Keep the best K rollouts of each task."""
     limit: int | None = None
@@ -83,8 +85,8 @@ async def sft(job: JobSpec, data: Path, run_dir: RunDir | Path, *, options: SftO
     checkpoint = rd.latest_checkpoint() if resume else None
     if resume and checkpoint is None:
         raise ValueError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")
-    chosen = select(load_demonstrations(job, data), min_reward=options.min_reward, best_of=options.best_of,
-                    limit=options.limit)
+    chosen = select(load_demonstrations(job, data), min_reward=options.min_reward, min_scores=options.min_scores,
+                    best_of=options.best_of, limit=options.limit)
     val_tasks = load_split(job, "validation", job.training.eval_tasks) if options.evaluate else []
     hooks.status(f"loading model {job.model}")
     policy, engine, tokenizer = policy_engine(job, model, tokenizer, max_batch_size)

@@ -19,7 +19,7 @@ the job renders its prompt to the same ids; otherwise the messages are replayed
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +88,7 @@ def _from_rollout(r: Rollout, task: Task | None) -> Demonstration:
     tools = task.tools if task is not None else None
     choice = task.tool_choice if task is not None else None
     return Demonstration(r.task_id, prompt, turns, tools, choice, reward=r.reward,
+                         sub_scores=dict(r.score.sub_scores) if r.reward is not None and r.score else {},
                          token_ids=r.token_ids, loss_mask=r.loss_mask, trace_id=r.trace_id)
 
 
@@ -99,16 +100,17 @@ def _generated_turns(messages: Sequence[Message]) -> tuple[Message, ...]:
     return tuple(messages[last + 1:])
 
 
-def select(demos: DemoSet, *, min_reward: float | None = None, best_of: int | None = None,
-           limit: int | None = None) -> DemoSet:
-    """Keep demonstrations graded at least ``min_reward``, then the ``best_of`` best per task
-    (ties keep the earlier one), then the first ``limit`` (in task order)."""
+def select(demos: DemoSet, *, min_reward: float | None = None, min_scores: Mapping[str, float] | None = None,
+           best_of: int | None = None, limit: int | None = None) -> DemoSet:
+    """Keep demonstrations graded at least ``min_reward`` whose grader sub-scores reach
+    ``min_scores`` (e.g. ``{"verified": 1}``), then the ``best_of`` best per task (ties keep the
+    earlier one), then the first ``limit`` (in task order)."""
     out = DemoSet([], Counter(demos.dropped))
     kept = []
     for d in demos.demos:
-        if min_reward is not None and (d.reward is None or d.reward < min_reward):
-            out.dropped[f"reward below --min-reward {min_reward}" if d.reward is not None
-                        else "not graded (--min-reward needs graded rollouts)"] += 1
+        why = _below(d, min_reward, min_scores or {})
+        if why:
+            out.dropped[why] += 1
         else:
             kept.append(d)
     if best_of is not None:
@@ -126,6 +128,18 @@ def select(demos: DemoSet, *, min_reward: float | None = None, best_of: int | No
         kept = kept[:limit]
     out.demos = kept
     return out
+
+
+def _below(d: Demonstration, min_reward: float | None, min_scores: Mapping[str, float]) -> str:
+    """Why ``d`` misses the bar ('' when it does not)."""
+    if (min_reward is not None or min_scores) and d.reward is None:
+        return "not graded (--min-reward / --min-score need graded rollouts)"
+    if min_reward is not None and d.reward is not None and d.reward < min_reward:
+        return f"reward below --min-reward {min_reward}"
+    for name, floor in min_scores.items():
+        if d.sub_scores.get(name, float("-inf")) < floor:
+            return f"sub-score {name} below {floor}"
+    return ""
 
 
 async def tokenize(run: Run, demos: Sequence[Demonstration]) -> tuple[list[DemoTokens], Counter[str]]:

@@ -26,6 +26,9 @@ def sft_cmd(
     out: Optional[Path] = typer.Option(None, help="Run directory (default: runs/<job>-sft-<time>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue --out from its latest checkpoint."),
     min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Keep rollouts graded at least R."),
+    min_score: list[str] = typer.Option(
+        [], "--min-score", help="NAME=VALUE: keep rollouts whose grader sub-score NAME is at least VALUE "
+                                "(repeatable; e.g. --min-score verified=1)."),
     best_of: Optional[int] = typer.Option(None, "--best-of", min=1, help="Keep the best K rollouts of each task."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Train on the first N demonstrations only."),
     epochs: int = typer.Option(3, "--epochs", min=1, help="Passes over the demonstrations."),
@@ -47,7 +50,8 @@ def sft_cmd(
         run_dir.path.mkdir(parents=True, exist_ok=True)
         run_dir.job_path.write_text(str(Path(job_file).resolve()))
     options = SftOptions(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
-                         min_reward=min_reward, best_of=best_of, limit=limit, evaluate=not no_eval)
+                         min_reward=min_reward, min_scores=_scores(min_score), best_of=best_of, limit=limit,
+                         evaluate=not no_eval)
     with TrainDisplay(console) as display:
         try:
             result = asyncio.run(sft(job, data, run_dir, options=options, resume=resume, hooks=display.hooks()))
@@ -59,3 +63,17 @@ def sft_cmd(
     display.final(result)
     console.print(f"\nwarm start stored in [bold]{run_dir.path}[/]  —  now RL from it: "
                   f"arft train {job_file} --init-from {run_dir.path}")
+
+
+def _scores(pairs: list[str]) -> dict[str, float]:
+    """``--min-score NAME=VALUE`` options as a dict (a clear error for anything else)."""
+    out: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            fail(f"--min-score {pair!r}: write NAME=VALUE, e.g. --min-score verified=1")
+    return out

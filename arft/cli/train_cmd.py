@@ -12,10 +12,13 @@ from typing import Optional
 
 import typer
 
+from arft.app.learning import TrainResult
+from arft.app.sft import SftOptions
 from arft.app.train import train
+from arft.app.warm_start import WarmStart, expert_iteration, warm_start_dir
 from arft.cli.console import console, fail
 from arft.cli.progress import TrainDisplay
-from arft.config import JobError, load_job
+from arft.config import JobError, JobSpec, load_job
 from arft.tracing.run_dir import RunDir
 
 
@@ -26,6 +29,14 @@ def train_cmd(
     init_from: Optional[Path] = typer.Option(
         None, "--init-from", help="Start from this run's weights (an `arft sft` warm start); "
                                   "overrides training.init_from."),
+    warm_start: Optional[int] = typer.Option(
+        None, "--warm-start", min=1, help="Expert iteration first: sample K rollouts per training task, "
+                                          "imitate the best success of each (arft sft), then RL from it."),
+    warm_start_tasks: Optional[int] = typer.Option(
+        None, "--warm-start-tasks", min=1, help="Sample only the first N training tasks."),
+    warm_start_min_reward: Optional[float] = typer.Option(
+        None, "--warm-start-min-reward", help="A success earns at least R (default: more than the worst sample)."),
+    warm_start_epochs: int = typer.Option(2, "--warm-start-epochs", min=1, help="Passes over the successes."),
 ) -> None:
     """Reinforcement fine-tuning: rollouts, grades, group-relative advantages, updates, evals."""
     if resume is not None:
@@ -44,13 +55,24 @@ def train_cmd(
     if resume is None:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         run_dir.job_path.write_text(str(Path(job_file).resolve()))
+    plan = None if warm_start is None or resume is not None else WarmStart(
+        samples=warm_start, tasks=warm_start_tasks, min_reward=warm_start_min_reward,
+        sft=SftOptions(epochs=warm_start_epochs, best_of=1, evaluate=False))
     with TrainDisplay(console) as display:
         try:
-            result = asyncio.run(train(job, run_dir, resume=resume is not None, hooks=display.hooks()))
+            result = asyncio.run(_train(job, run_dir, resume is not None, plan, display))
         except ValueError as e:
             fail(str(e))
     display.final(result)
     console.print(f"\nrun stored in [bold]{run_dir.path}[/]  —  export the model: arft merge {run_dir.path} OUT_DIR")
+
+
+async def _train(job: JobSpec, run_dir: RunDir, resume: bool, plan: WarmStart | None,
+                 display: TrainDisplay) -> TrainResult:
+    if plan is not None:
+        job, warm = await expert_iteration(job, run_dir, plan, hooks=display.hooks())
+        console.print(f"warm start: {warm.demos} successes imitated ({warm_start_dir(run_dir)})")
+    return await train(job, run_dir, resume=resume, hooks=display.hooks())
 
 
 def _job_file_of(run_dir: Path) -> Path:

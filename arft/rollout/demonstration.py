@@ -12,7 +12,7 @@ are appended as rollouts append them. The loss mask is 1 exactly on the assistan
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from arft.engines.base import SamplingParams
@@ -40,6 +40,8 @@ class Demonstration:
     tool_choice: str | dict[str, Any] | None = None
     reward: float | None = None
     """The grade it earned, when it comes from a graded run."""
+    sub_scores: dict[str, float] = field(default_factory=dict)
+    """The grader's parts (a ``multi`` grader's named graders), when graded."""
     token_ids: tuple[int, ...] = ()
     """The ids an engine recorded for it (token in, token out), when known."""
     loss_mask: tuple[int, ...] = ()

@@ -165,3 +165,22 @@ async def test_nothing_left_says_why(tmp_path: Path, tokenizer: Any) -> None:
     with pytest.raises(ValueError, match="no such file or run directory"):
         await sft(job, tmp_path / "missing.jsonl", tmp_path / "y", options=OPTS, model=tiny(tokenizer),
                   tokenizer=tokenizer, **KW)
+
+
+async def test_expert_iteration_samples_keeps_the_best_and_starts_rl_from_it(tmp_path: Path, tokenizer: Any) -> None:
+    from arft.app.warm_start import WarmStart, expert_iteration
+
+    job = load_job(write_job(tmp_path))
+    plan = WarmStart(samples=3, tasks=4, sft=SftOptions(epochs=1, batch_size=2, best_of=1, evaluate=False))
+    rl_job, warm = await expert_iteration(job, tmp_path / "rl", plan, model=tiny(tokenizer), tokenizer=tokenizer, **KW)
+    assert rl_job.training.init_from == str(tmp_path / "rl" / "warm-start" / "sft")
+    with RunDir(tmp_path / "rl" / "warm-start" / "samples").open_store() as store:
+        rewards: dict[str, list[float]] = {}
+        for r in store.rollouts("samples"):
+            rewards.setdefault(r.task_id, []).append(r.reward or 0.0)
+    assert sum(len(v) for v in rewards.values()) == 12
+    floor = min(min(v) for v in rewards.values())
+    # One demonstration per task that has a sample above the worst one: its best.
+    assert warm.demos == sum(1 for v in rewards.values() if max(v) > floor) and warm.recorded == warm.demos
+    rl = await train(rl_job, tmp_path / "rl", model=tiny(tokenizer), tokenizer=tokenizer, **KW)
+    assert rl.steps == 1 and 0 in rl.evals
