@@ -28,7 +28,9 @@ from arft.tracing.run_dir import RunDir
 def doctor_cmd(
     job_file: Path = typer.Argument(..., help="Job spec (YAML or JSON, hosted Agent RFT shape)."),
     traffic: Optional[Path] = typer.Option(
-        None, "--traffic", help="A JSONL of real prompts (dataset format) to check drift against."),
+        None, "--traffic", help="Real traffic to check drift against: a JSONL of logged "
+                                "{request, response} pairs, chat-completions requests, fine-tuning "
+                                "chat rows or dataset rows (what `arft import` reads)."),
     samples: int = typer.Option(4, "--samples", min=2, help="Baseline rollouts per task."),
     tasks: int = typer.Option(8, "--tasks", min=1, help="Baseline on the first N training tasks."),
     no_rollouts: bool = typer.Option(

@@ -18,16 +18,20 @@ from arft.cli.eval_cmd import eval_cmd
 from arft.cli.export_cmd import export_cmd
 from arft.cli.grade_cmd import grade_cmd
 from arft.cli.grader_cmd import grader_app
+from arft.cli.import_cmd import import_cmd
 from arft.cli.merge_cmd import merge_cmd
 from arft.cli.report_cmd import report_cmd
+from arft.cli.sft_cmd import sft_cmd
 from arft.cli.show_cmd import show_cmd
 from arft.cli.train_cmd import train_cmd
 from arft.cli.view_cmd import view_cmd
 
 # In the order `arft --help` lists them; command groups (`arft grader ...`) come after.
 COMMANDS: list[tuple[str, Callable[..., None]]] = [
+    ("import", import_cmd),
     ("eval", eval_cmd),
     ("train", train_cmd),
+    ("sft", sft_cmd),
     ("merge", merge_cmd),
     ("show", show_cmd),
     ("export", export_cmd),

@@ -179,18 +179,24 @@ def _parse_tool_calls(raw: Any, where: str, role: str) -> tuple[ToolCall, ...] |
     calls = []
     for j, call in enumerate(raw):
         here = f"{where}.tool_calls[{j}]"
-        fn = call.get("function") if isinstance(call, dict) else None
-        bad_type = isinstance(call, dict) and call.get("type", "function") != "function"
-        if bad_type or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
-                or not fn["name"]:
-            raise RowError(f"{here} must be "
-                           '{"id", "type": "function", "function": {"name", "arguments"}}')
-        if not isinstance(call.get("id"), str) or not call["id"]:
-            raise RowError(f"{here} needs an 'id' (the tool message answering it repeats it "
-                           "as 'tool_call_id')")
+        fn = check_call(call, here)
         calls.append(ToolCall(id=call["id"], function=FunctionCall(
             name=fn["name"], arguments=_arguments(fn, here))))
     return tuple(calls)
+
+
+def check_call(call: Any, here: str) -> dict[str, Any]:
+    """The ``function`` of one chat-completions tool call, once its shape is checked (``RowError``
+    naming ``here`` otherwise)."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    bad_type = isinstance(call, dict) and call.get("type", "function") != "function"
+    if bad_type or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+        raise RowError(f"{here} must be "
+                       '{"id", "type": "function", "function": {"name", "arguments"}}')
+    if not isinstance(call.get("id"), str) or not call["id"]:
+        raise RowError(f"{here} needs an 'id' (the tool message answering it repeats it "
+                       "as 'tool_call_id')")
+    return fn
 
 
 def _arguments(fn: dict[str, Any], where: str) -> str:

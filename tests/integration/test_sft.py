@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from fastapi import FastAPI, Request
 
 from arft.app.evaluate import evaluate
 from arft.app.learning import warm_start
@@ -20,8 +21,14 @@ from arft.app.train import train
 from arft.config import load_job
 from arft.data.splits import load_split
 from arft.engines.scripted import ScriptedEngine
+from arft.models.chat import ChatFormat
+from arft.pyfile import load_file
+from arft.rollout.demonstration import replay, split_at_first_assistant
+from arft.rollout.loop import task_tool_schemas
+from arft.tools.python_fn import PythonTool
 from arft.tracing.run_dir import RunDir
 from tests.integration.test_train import adapter, tiny
+from tests.servers import chat_completion, serve
 from tests.training import LengthGrader
 
 TOOLS = '''
@@ -184,3 +191,40 @@ async def test_expert_iteration_samples_keeps_the_best_and_starts_rl_from_it(tmp
     assert warm.demos == sum(1 for v in rewards.values() if max(v) > floor) and warm.recorded == warm.demos
     rl = await train(rl_job, tmp_path / "rl", model=tiny(tokenizer), tokenizer=tokenizer, **KW)
     assert rl.steps == 1 and 0 in rl.evals
+
+
+async def test_teacher_behind_an_openai_endpoint_warm_starts_the_student(tmp_path: Path, tokenizer: Any) -> None:
+    """A teacher's `arft eval` run through `engine: openai` (no token ids): its graded successes
+    are rendered in the student's own format, the call and the answer as the assistant's tokens."""
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: Request) -> dict[str, Any]:
+        body = await req.json()
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return chat_completion(body, {"role": "assistant", "content": f"It is {last['content'][-1]}."})
+        key = last["content"].split()[-1].rstrip("?")
+        return chat_completion(body, _call(key), "tool_calls")
+
+    job = load_job(write_job(tmp_path))
+    with serve(app) as url:
+        teacher = job.model_copy(update={"engine": job.engine.model_copy(update={
+            "type": "openai", "base_url": f"{url}/v1", "served_model": "teacher"})})
+        await evaluate(teacher, load_split(job, "train"), 1, tmp_path / "teacher", grader=LengthGrader(), split="train")
+    demos = load_demonstrations(job, tmp_path / "teacher").demos
+    assert len(demos) == 6 and all(not d.token_ids for d in demos)
+    assert [m.role for m in demos[0].turns] == ["assistant", "tool", "assistant"]
+    r = await sft(job, tmp_path / "teacher", tmp_path / "student", options=SftOptions(epochs=1, evaluate=False),
+                  model=tiny(tokenizer), tokenizer=tokenizer, **KW)
+    assert r.demos == 6 and r.recorded == 0
+    # What the student learns: exactly the teacher's call and answer, in its own call syntax.
+    tools = {"lookup": PythonTool.from_function(load_file(tmp_path / "tools.py", "t").lookup)}
+    d = demos[0]
+    assert split_at_first_assistant(d.prompt) == (d.prompt, ())  # the task's prompt, no teacher turn in it
+    task = next(t for t in load_split(job, "train") if t.id == d.task_id)
+    tokens = await replay(ChatFormat(tokenizer), d, task_tool_schemas(task, tools), "auto", 1024)
+    learned = tokenizer.decode([i for i, m in zip(tokens.token_ids, tokens.loss_mask) if m])
+    key = "k" + d.task_id[1:]
+    assert learned == ('<tool_call>\n{"name": "lookup", "arguments": {"key": "%s"}}\n</tool_call>'
+                       "It is %d.<|im_end|>" % (key, len(key)))

@@ -14,6 +14,7 @@ from arft.config import JobSpec
 from arft.data import checks
 from arft.data.dataset import load_tasks
 from arft.data.splits import split_path
+from arft.data.traffic import traffic_tasks
 from arft.graders.templates import resolve, TemplateError
 from arft.graders.validate import item_reads, validate_grader
 from arft.records import Task
@@ -36,11 +37,14 @@ class DoctorData:
 
 
 def load_data(job: JobSpec, traffic: Path | None = None) -> DoctorData:
-    """Load the splits (and traffic); raises ``ValueError`` (``DatasetError``) for bad files."""
+    """Load the splits (and traffic); raises ``ValueError`` (``DatasetError``) for bad files.
+
+    ``traffic`` may be logged request/response pairs, chat-completions requests, fine-tuning chat
+    rows or dataset rows (``arft.data.traffic``, the formats `arft import` reads)."""
     train = load_tasks(split_path(job, "train"))
     validation = load_tasks(split_path(job, "validation")) if job.validation_file else None
     return DoctorData(train=train, validation=validation,
-                      traffic=load_tasks(traffic) if traffic is not None else None)
+                      traffic=traffic_tasks(traffic) if traffic is not None else None)
 
 
 
