@@ -39,6 +39,7 @@ bench: setup
 	$(BIN)/python bench/endpoint_latency.py
 	$(BIN)/python bench/update_throughput.py
 	$(BIN)/python bench/python_grader_pool.py
+	$(BIN)/python bench/import_speed.py
 	$(BIN)/python bench/learn_demo.py
 
 clean:

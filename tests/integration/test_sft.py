@@ -228,3 +228,16 @@ async def test_teacher_behind_an_openai_endpoint_warm_starts_the_student(tmp_pat
     key = "k" + d.task_id[1:]
     assert learned == ('<tool_call>\n{"name": "lookup", "arguments": {"key": "%s"}}\n</tool_call>'
                        "It is %d.<|im_end|>" % (key, len(key)))
+
+
+async def test_merge_exports_a_warm_start(tmp_path: Path, tokenizer: Any) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from arft.trainer.merge import merge_run
+
+    job = load_job(write_job(tmp_path))
+    await sft(job, tmp_path / "demos.jsonl", tmp_path / "warm", options=SftOptions(epochs=1, evaluate=False),
+              model=tiny(tokenizer), tokenizer=tokenizer, **KW)
+    merge_run(tmp_path / "warm", tmp_path / "merged", model=tiny(tokenizer), tokenizer=tokenizer)
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert merged.config.vocab_size == len(tokenizer)

@@ -28,12 +28,18 @@ def task_rewards(rollouts: Sequence[Rollout]) -> dict[str, list[float]]:
     return out
 
 
+WARM_START = ("warm-start it on demonstrations before RL: `arft import` your logged traffic and "
+              "`arft sft JOB --data DIR/demos.jsonl`, an `arft eval` run of a stronger model as "
+              "`--data`, or `arft train JOB --warm-start 8` (its own best-of-8 successes)")
+"""The warm-start advice, shared by the checks that find no signal for RL."""
+
+
 def _variance_advice(constants: set[float]) -> str:
     """What to do when few tasks vary, from the grades the constant tasks always got."""
     if constants <= {0.0}:
         return ("the model rarely succeeds: make the task easier, improve the prompt (worked "
-                "examples of the tool calls in the rows), give partial credit, or start from a "
-                "stronger model")
+                "examples of the tool calls in the rows), give partial credit, start from a "
+                f"stronger model, or {WARM_START}")
     if min(constants) >= 1.0:
         return ("the model already solves these tasks every time: use harder tasks (or a "
                 "stricter grader) so there is something to learn")
@@ -63,9 +69,7 @@ def _syntax_advice(rollouts: Sequence[Rollout], has_tools: bool) -> str:
            "turn on schema-constrained tool calls (rollout.constrained_tool_calls: true; the "
            "transformers engine does it by default) and force the first call with "
            "rollout.tool_choice: required")
-    return (f"{what}: the model does not know your tools' syntax. {fix.capitalize()}; or warm-start "
-            "it on demonstrations of correct calls before RL (supervised fine-tuning on logged "
-            "traffic or best-of-K successes)")
+    return f"{what}: the model does not know your tools' syntax. {fix.capitalize()}; or {WARM_START}"
 
 
 def check_variance(rollouts: Sequence[Rollout], samples: int, has_tools: bool = False) -> Check:
