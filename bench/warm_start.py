@@ -78,7 +78,7 @@ async def arm(name: str, job: Any, run_dir: Path, args: argparse.Namespace) -> d
     info: dict[str, Any] = {}
     if name == "warm":
         plan = WarmStart(samples=args.samples, tasks=args.tasks, min_reward=args.min_reward, sft=SftOptions(
-            epochs=args.epochs, batch_size=8, best_of=1, evaluate=False, min_scores=args.min_scores))
+            epochs=args.epochs, batch_size=args.batch_size, best_of=1, evaluate=False, min_scores=args.min_scores))
         job, warm = await expert_iteration(job, run_dir, plan, hooks=hooks())
         info = {"demos": warm.demos, "recorded": warm.recorded, "sft_steps": warm.steps,
                 "warm_start_s": time.perf_counter() - t0}
@@ -140,7 +140,8 @@ def main() -> None:
     p.add_argument("--tasks", type=int, default=20, help="sample the first N training tasks")
     p.add_argument("--min-reward", type=float, default=None)
     p.add_argument("--min-score", action="append", default=[], help="NAME=VALUE (fix_tests: verified=1)")
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--steps", type=int, help="override training.max_steps")
     p.add_argument("--arms", default="rl,warm")
     p.add_argument("--report-only", action="store_true")

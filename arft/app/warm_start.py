@@ -33,7 +33,7 @@ class WarmStart:
     """Sample only the first N training tasks (default: all)."""
     min_reward: float | None = None
     """A success earns at least this (default: more than the lowest reward any sample earned)."""
-    sft: SftOptions = SftOptions(best_of=1, evaluate=False)
+    sft: SftOptions = SftOptions(epochs=6, batch_size=4, best_of=1, evaluate=False)
     """How the kept successes are imitated (``best_of`` 1: one per task, so no task dominates)."""
 
 

@@ -36,7 +36,8 @@ def train_cmd(
         None, "--warm-start-tasks", min=1, help="Sample only the first N training tasks."),
     warm_start_min_reward: Optional[float] = typer.Option(
         None, "--warm-start-min-reward", help="A success earns at least R (default: more than the worst sample)."),
-    warm_start_epochs: int = typer.Option(2, "--warm-start-epochs", min=1, help="Passes over the successes."),
+    warm_start_epochs: int = typer.Option(6, "--warm-start-epochs", min=1, help="Passes over the successes "
+                                                                                "(4 per optimizer step)."),
 ) -> None:
     """Reinforcement fine-tuning: rollouts, grades, group-relative advantages, updates, evals."""
     if resume is not None:
@@ -57,7 +58,7 @@ def train_cmd(
         run_dir.job_path.write_text(str(Path(job_file).resolve()))
     plan = None if warm_start is None or resume is not None else WarmStart(
         samples=warm_start, tasks=warm_start_tasks, min_reward=warm_start_min_reward,
-        sft=SftOptions(epochs=warm_start_epochs, best_of=1, evaluate=False))
+        sft=SftOptions(epochs=warm_start_epochs, batch_size=4, best_of=1, evaluate=False))
     with TrainDisplay(console) as display:
         try:
             result = asyncio.run(_train(job, run_dir, resume is not None, plan, display))
