@@ -16,6 +16,8 @@ nothing: reward 0, no variance, so RL has no signal (bench/plain_rows.py). Here:
 2. ``arft sft`` on the first ``--demos`` of its successful rollouts (rendered in the student's
    own format: the teacher's run has no token ids), with the untrained baseline and the final
    eval on the first ``--eval-tasks`` validation rows (the job's eval samples each).
+3. With ``--rl-steps N``: ``arft train`` from the warm start (``training.init_from``) for N
+   steps, with the job's own learning rate, on the same eval rows.
 
 Printed: the teacher's reward, the demonstrations used, the baseline vs warm-start eval reward
 (goal: +15 points) and the valid tool-call rate. Results: ``bench/out/few_demos/result.json``.
@@ -110,7 +112,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     student = load_job(ENV / "job_plain.yaml")
     student = student.model_copy(update={"training": student.training.model_copy(update={
-        "eval_tasks": args.eval_tasks, "learning_rate": args.learning_rate})})
+        "eval_tasks": args.eval_tasks})})
     teacher = student.model_copy(update={"engine": student.engine.model_copy(update={
         "type": "openai", "base_url": f"http://127.0.0.1:{PORT}/v1", "served_model": "expert"})})
     tasks = load_split(student, "train", args.teacher_tasks)
@@ -119,20 +121,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     taught = await evaluate(teacher, tasks, 1, out / "teacher", split="train")
     log(f"  teacher reward {taught.summary.reward.mean:.2f}")
     options = SftOptions(epochs=args.epochs, batch_size=args.batch_size, min_reward=args.min_reward,
-                         best_of=1, limit=args.demos)
+                         best_of=1, limit=args.demos, learning_rate=args.learning_rate)
     result = await sft(student, out / "teacher", out / "student", options=options, hooks=hooks())
     with RunDir(out / "student").open_store() as store:
         evals = {step: store.rollouts(f"sft:eval-{step:06d}") for step in (0, result.steps)}
+    rl = await _rl(student, out, args) if args.rl_steps else {}
     res = {"command": "python bench/few_demos.py " + " ".join(sys.argv[1:]), "wall_s": time.perf_counter() - t0,
            "teacher_reward": taught.summary.reward.mean, "demos": result.demos, "sft_steps": result.steps,
            "dropped": result.dropped,
            "evals": {str(step): {"reward": result.evals[step].reward.mean, "pass_rate": result.evals[step].pass_rate,
                                  "valid_call_rate": valid_call_rate(rs), "rollouts": len(rs),
                                  "calls_mean": result.evals[step].tool_calls.mean}
-                     for step, rs in evals.items()}}
+                     for step, rs in evals.items()}, "rl": rl}
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(res, indent=2))
     return res
+
+
+async def _rl(student: Any, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """RL from the warm start (``training.init_from``) for ``--rl-steps`` steps: eval reward by step."""
+    from arft.app.train import train
+
+    from warm_start import hooks  # noqa: E402
+
+    job = student.model_copy(update={"training": student.training.model_copy(update={
+        "init_from": str(out / "student"), "max_steps": args.rl_steps})})
+    t0 = time.perf_counter()
+    result = await train(job, out / "rl", hooks=hooks())
+    return {"wall_s": time.perf_counter() - t0,
+            "reward_by_eval": {str(s): e.reward.mean for s, e in sorted(result.evals.items())}}
 
 
 def report(res: dict[str, Any]) -> None:
@@ -146,6 +163,11 @@ def report(res: dict[str, Any]) -> None:
     print(f"\nteacher reward {res['teacher_reward']:.2f}; {res['demos']} demonstrations, {res['sft_steps']} sft "
           f"steps; eval reward {base['reward']:.2f} -> {after['reward']:.2f} ({gain:+.0f} points; goal +15); "
           f"{res['wall_s'] / 60:.1f} min")
+    if res.get("rl"):
+        curve = " -> ".join(f"{v:.2f} (step {k})" for k, v in res["rl"]["reward_by_eval"].items())
+        last = list(res["rl"]["reward_by_eval"].values())[-1]
+        print(f"then RL from the warm start: {curve}; {100 * (last - base['reward']):+.0f} points over the "
+              f"untrained plain-rows baseline (goal +30), {res['rl']['wall_s'] / 60:.1f} min")
     print(f"command: {res['command']}")
 
 
@@ -158,6 +180,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=5)
     p.add_argument("--learning-rate", type=float, default=5e-4)
     p.add_argument("--min-reward", type=float, default=0.99, help="a success: the grader's full marks")
+    p.add_argument("--rl-steps", type=int, default=0, help="then RL from the warm start for N steps")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
     if args.report_only:
