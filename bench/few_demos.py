@@ -40,23 +40,36 @@ sys.path.insert(0, str(ROOT))
 
 from case_study import EXAMPLES, OUT, log  # noqa: E402
 
-ENV = ROOT / "examples" / "finance_lookup"
 PORT = 8791
 FIGURE = {"revenue": "revenue", "net_income": "net income", "operating_margin": "operating margin",
           "headcount": "headcount", "revenue_growth": "revenue", "revenue_change": "revenue",
           "net_margin": "net income"}
 
 
-def expert_plan(item: dict[str, Any]) -> list[str]:
-    """The searches an expert makes for a row: the figure the question names (a computed one needs
-    revenue, whose line also shows the prior year's, or net income and revenue)."""
+def finance_plan(item: dict[str, Any]) -> list[str]:
+    """The searches an expert makes for a finance_lookup row: the figure the question names (a
+    computed one needs revenue, whose line also shows the prior year's, or net income and revenue)."""
     queries = [f"{item['company']} {item['year']} {FIGURE[item['kind']]}"]
     if item["kind"] == "net_margin":
         queries.append(f"{item['company']} {item['year']} revenue")
     return queries
 
 
-def teacher_app(rows: dict[str, dict[str, Any]]) -> Any:
+def _words(kind: str) -> str:
+    """A code_qa row's kind as words: ``port+timeout`` -> ``port and timeout``."""
+    return " and ".join(k.replace("_", " ") for k in kind.split("+"))
+
+
+EXPERTS: dict[str, tuple[Any, Any]] = {
+    # example: (its searches for a row, its answer for a row)
+    "finance_lookup": (finance_plan, lambda item: f"Answer: {item['answer_text']}"),
+    "code_qa": (lambda item: [f"{item['service']} {_words(item['kind'])}"],
+                lambda item: f"The {_words(item['kind'])} of the {item['service']} service: "
+                             + ", ".join(str(f) for f in item["facts"]) + "."),
+}
+
+
+def teacher_app(rows: dict[str, dict[str, Any]], env: str) -> Any:
     """An OpenAI-compatible /v1/chat/completions that acts as the expert for the rows it knows
     (keyed by the user's question)."""
     from fastapi import FastAPI
@@ -69,13 +82,14 @@ def teacher_app(rows: dict[str, dict[str, Any]]) -> Any:
         question = next(m["content"] for m in msgs if m["role"] == "user")
         item = rows[question]
         done = sum(1 for m in msgs if m["role"] == "tool")
-        plan = expert_plan(item)
+        plan_of, answer_of = EXPERTS[env]
+        plan = plan_of(item)
         if done < len(plan):
             message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [{
                 "id": f"call_{done}", "type": "function",
                 "function": {"name": "search", "arguments": json.dumps({"query": plan[done]})}}]}
         else:
-            message = {"role": "assistant", "content": f"Answer: {item['answer_text']}"}
+            message = {"role": "assistant", "content": answer_of(item)}
         return {"id": "x", "object": "chat.completion", "model": body["model"],
                 "choices": [{"index": 0, "message": message,
                              "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
@@ -108,9 +122,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from warm_start import hooks  # noqa: E402 - the same progress lines
 
-    out = OUT / "few_demos"
+    out = OUT / f"few_demos_{args.env}"
     shutil.rmtree(out, ignore_errors=True)
-    student = load_job(ENV / "job_plain.yaml")
+    student = load_job(ROOT / "examples" / args.env / "job_plain.yaml")
     student = student.model_copy(update={"training": student.training.model_copy(update={
         "eval_tasks": args.eval_tasks})})
     teacher = student.model_copy(update={"engine": student.engine.model_copy(update={
@@ -126,7 +140,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with RunDir(out / "student").open_store() as store:
         evals = {step: store.rollouts(f"sft:eval-{step:06d}") for step in (0, result.steps)}
     rl = await _rl(student, out, args) if args.rl_steps else {}
-    res = {"command": "python bench/few_demos.py " + " ".join(sys.argv[1:]), "wall_s": time.perf_counter() - t0,
+    res = {"command": "python bench/few_demos.py " + " ".join(sys.argv[1:]), "env": args.env,
+           "wall_s": time.perf_counter() - t0,
            "teacher_reward": taught.summary.reward.mean, "demos": result.demos, "sft_steps": result.steps,
            "dropped": result.dropped,
            "evals": {str(step): {"reward": result.evals[step].reward.mean, "pass_rate": result.evals[step].pass_rate,
@@ -154,7 +169,7 @@ async def _rl(student: Any, out: Path, args: argparse.Namespace) -> dict[str, An
 
 def report(res: dict[str, Any]) -> None:
     base, after = res["evals"]["0"], res["evals"][str(res["sft_steps"])]
-    print("\n| eval (plain rows, finance_lookup) | untrained | after sft on "
+    print(f"\n| eval (plain rows, {res.get('env', 'finance_lookup')}) | untrained | after sft on "
           f"{res['demos']} demos |\n|---|---|---|")
     for key, pct in (("reward", False), ("pass_rate", True), ("valid_call_rate", True), ("calls_mean", False)):
         a, b = base[key], after[key]
@@ -173,6 +188,7 @@ def report(res: dict[str, Any]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="finance_lookup", choices=sorted(EXPERTS))
     p.add_argument("--demos", type=int, default=10)
     p.add_argument("--teacher-tasks", type=int, default=16)
     p.add_argument("--eval-tasks", type=int, default=16)
@@ -184,15 +200,16 @@ def main() -> None:
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
     if args.report_only:
-        res = json.loads((OUT / "few_demos" / "result.json").read_text())
+        res = json.loads((OUT / f"few_demos_{args.env}" / "result.json").read_text())
     else:
+        env_dir = ROOT / "examples" / args.env
         rows = {}
-        for line in (ENV / "train_plain.jsonl").read_text().splitlines():
+        for line in (env_dir / "train_plain.jsonl").read_text().splitlines():
             row = json.loads(line)
             rows[next(m["content"] for m in row["messages"] if m["role"] == "user")] = row
-        server = serve(teacher_app(rows))
+        server = serve(teacher_app(rows, args.env))
         try:
-            with EXAMPLES.services(ENV):
+            with EXAMPLES.services(env_dir):
                 res = asyncio.run(run(args))
         finally:
             server.should_exit = True
