@@ -73,6 +73,21 @@ def eval_row(summary: Any, rollouts: list[Any], extra: Callable[[list[Any]], dic
     return row
 
 
+def evals_of(run_dir: Path, extra: Callable[[list[Any]], dict[str, float]] | None) -> dict[int, dict[str, Any]]:
+    """Step -> the numbers of that eval (``eval_row``), from a training run's store."""
+    from arft.metrics.summary import summarize
+    from arft.tracing.store import RunStore
+
+    evals: dict[int, dict[str, Any]] = {}
+    with RunStore(run_dir / "arft.sqlite") as store:
+        for r in store.runs():
+            step = (r.get("job") or {}).get("step")
+            if r["kind"] == "eval" and step is not None:
+                rollouts = store.rollouts(r["run_id"])
+                evals[int(step)] = eval_row(summarize(rollouts), rollouts, extra)
+    return evals
+
+
 def load_job_with_overrides(env: str, args: argparse.Namespace, run_dir: Path) -> Any:
     """The example's job, with the training file / limit / steps this run asks for."""
     from arft.config import load_job
@@ -98,9 +113,7 @@ def load_job_with_overrides(env: str, args: argparse.Namespace, run_dir: Path) -
 
 
 def run(env: str, args: argparse.Namespace) -> dict[str, Any]:
-    from arft.metrics.summary import summarize
     from arft.report.summary import summary_line
-    from arft.tracing.store import RunStore
     from arft.app.train import Hooks, train
 
     env_dir = ROOT / "examples" / env
@@ -131,13 +144,7 @@ def run(env: str, args: argparse.Namespace) -> dict[str, Any]:
             status=lambda s: log(f"  {s}"), step_done=step_done, eval_done=eval_done)))
     wall = time.perf_counter() - t0
     extra = extra_metrics(env_dir)
-    evals: dict[int, dict[str, Any]] = {}
-    with RunStore(run_dir / "arft.sqlite") as store:
-        for r in store.runs():
-            step = (r.get("job") or {}).get("step")
-            if r["kind"] == "eval" and step is not None:
-                rollouts = store.rollouts(r["run_id"])
-                evals[int(step)] = eval_row(summarize(rollouts), rollouts, extra)
+    evals = evals_of(run_dir, extra)
     n_train = sum(1 for ln in Path(job.path(job.training_file)).read_text().splitlines() if ln.strip())
     res = {"env": env, "tag": args.tag, "train_rows": n_train, "steps": result.steps, "wall_s": wall,
            "train_reward_by_step": step_rewards, "evals": evals, "run_dir": str(run_dir),

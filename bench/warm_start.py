@@ -31,25 +31,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from case_study import EXAMPLES, OUT, eval_row, extra_metrics, fmt, log  # noqa: E402
+from case_study import EXAMPLES, OUT, evals_of, extra_metrics, fmt, log  # noqa: E402
 
 BUDGET_MIN = 22.0
 """fix_tests' RL run before this benchmark: 10 steps in 22 minutes on this CPU (README)."""
-
-
-def evals_of(run_dir: Path, extra: Any) -> dict[int, dict[str, Any]]:
-    """Step -> the numbers of that eval, from a training run's store."""
-    from arft.metrics.summary import summarize
-    from arft.tracing.store import RunStore
-
-    out: dict[int, dict[str, Any]] = {}
-    with RunStore(run_dir / "arft.sqlite") as store:
-        for r in store.runs():
-            step = (r.get("job") or {}).get("step")
-            if r["kind"] == "eval" and step is not None and r["run_id"].startswith("train:"):
-                rollouts = store.rollouts(r["run_id"])
-                out[int(step)] = eval_row(summarize(rollouts), rollouts, extra)
-    return out
 
 
 def hooks() -> Any:

@@ -67,8 +67,6 @@ class Learner:
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
         """One or more optimizer steps on ``batch``; returns the update's metrics."""
-        import torch
-
         mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id)
         total = sum(mb.n_tokens for mb in mbs)
         if total == 0:
@@ -89,9 +87,7 @@ class Learner:
                 (loss / total).backward()
                 s.entropy = float(entropy.sum())
                 stats.add(s)
-            norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, self.spec.max_grad_norm)))
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            norms.append(self._optimizer_step())
         self.scheduler.step()
         self.policy.eval()
         n = max(stats.tokens, 1.0)
@@ -104,8 +100,6 @@ class Learner:
         """One optimizer step of supervised fine-tuning on ``batch``: the mean negative
         log-likelihood of the masked tokens (at temperature 1; advantages and old logprobs are
         ignored). Returns the step's metrics."""
-        import torch
-
         mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id)
         total = sum(mb.n_tokens for mb in mbs)
         if total == 0:
@@ -117,13 +111,20 @@ class Learner:
                 lp, _ = token_logprobs(self.policy, mb, 1.0)
             (-lp.sum() / total).backward()
             nll -= float(lp.detach().sum())
-        norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.spec.max_grad_norm))
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        norm = self._optimizer_step()
         self.scheduler.step()
         self.policy.eval()
         return {"sft/tokens": float(total), "sft/nll": nll / total, "update/grad_norm": norm,
                 "update/lr": self.optimizer.param_groups[0]["lr"]}
+
+    def _optimizer_step(self) -> float:
+        """Clip the gradients, step the optimizer, clear them; returns the norm before clipping."""
+        import torch
+
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.spec.max_grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
