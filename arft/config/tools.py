@@ -42,6 +42,11 @@ class PythonToolSpec(Spec):
     """Defaults to the function's name."""
     description: str | None = None
     """Defaults to the docstring's first paragraph."""
+    parameters: dict[str, Any] | None = None
+    """JSON schema of the arguments, shown to the model and held to on a constrained call
+    (e.g. to add ``maxLength`` or an ``enum`` in one job without changing the function); when
+    absent, built from the signature. Its properties must be parameters of the function, and it
+    must require every parameter without a default."""
     timeout_s: float = 30.0
     """Seconds one call may run; a call past it is an error the model sees."""
 

@@ -50,6 +50,8 @@ class PythonTool:
         self._name = spec.name or getattr(self._fn, "__name__", type(self._fn).__name__)
         self._schema = function_schema(self._fn, name=self._name, description=spec.description,
                                        skip=(CTX_PARAM,))
+        if spec.parameters is not None:
+            self._schema["function"]["parameters"] = self._checked_parameters(spec.parameters)
         self._is_async = _is_async(self._fn)
 
     @classmethod
@@ -118,6 +120,30 @@ class PythonTool:
             return _error(f"Error: bad arguments for '{self._name}': {e}. "
                           f"Expected parameters: {self._expected()}", f"bad arguments: {e}")
         return bound.args, dict(bound.kwargs)
+
+    def _checked_parameters(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The job's ``parameters`` override, checked against the function's signature.
+
+        Raises ValueError naming the tool and what does not match: a property the function does
+        not take, or a parameter without a default that the schema does not require.
+        """
+        where = f"python tool '{self._name}' ({self._spec.function}): its 'parameters'"
+        if schema.get("type", "object") != "object" or not isinstance(
+                schema.get("properties", {}), dict):
+            raise ValueError(f"{where} must be a JSON schema of type 'object' with 'properties'")
+        params = {p.name: p for p in self._model_signature.parameters.values()
+                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in self._model_signature.parameters.values())
+        unknown = sorted(set(schema.get("properties", {})) - set(params))
+        if unknown and not takes_any:
+            raise ValueError(f"{where} name {', '.join(map(repr, unknown))}, which the function "
+                             f"does not take; it takes: {self._expected()}")
+        required = set(schema.get("required", []))
+        missing = sorted(n for n, p in params.items() if p.default is p.empty and n not in required)
+        if missing:
+            raise ValueError(f"{where} must require {', '.join(map(repr, missing))} (no default "
+                             "in the function); add them to 'required'")
+        return {"type": "object", **schema}
 
     def _expected(self) -> str:
         """The parameters the model may pass, e.g. ``city (str, required), units (default 'c')``."""

@@ -176,3 +176,35 @@ def test_bad_references_say_what_to_fix(tmp_path: Path, ref: str, message: str) 
     with pytest.raises(ValueError) as err:
         PythonTool(PythonToolSpec(type="python", function=ref), tmp_path)
     assert f"'{ref}'" in str(err.value) and message in str(err.value)
+
+
+def _lookup_tool(tmp_path: Path, parameters: dict[str, Any]) -> PythonTool:
+    (tmp_path / "kit.py").write_text(
+        "def lookup(query: str, limit: int = 3) -> str:\n"
+        "    '''Look a thing up.'''\n"
+        "    return f'{query}:{limit}'\n")
+    spec = PythonToolSpec(type="python", function="kit.py:lookup", parameters=parameters)
+    return PythonTool(spec, tmp_path)
+
+
+async def test_parameters_override_replaces_the_signature_schema(tmp_path: Path) -> None:
+    schema = {"type": "object", "required": ["query"],
+              "properties": {"query": {"type": "string", "maxLength": 40}}}
+    t = _lookup_tool(tmp_path, schema)
+    assert t.schema["function"]["parameters"] == schema
+    assert t.schema["function"]["description"] == "Look a thing up."
+    # The function still binds the model's arguments; the default of the unlisted one applies.
+    assert (await t.call('{"query": "port"}', ctx())).output == "port:3"
+
+
+@pytest.mark.parametrize(("parameters", "message"), [
+    ({"type": "object", "properties": {"query": {"type": "string"}, "city": {}},
+      "required": ["query"]}, "'city', which the function does not take"),
+    ({"type": "object", "properties": {"query": {"type": "string"}}}, "must require 'query'"),
+    ({"type": "array"}, "must be a JSON schema of type 'object'"),
+])
+def test_parameters_override_must_match_the_function(tmp_path: Path, parameters: dict[str, Any],
+                                                     message: str) -> None:
+    with pytest.raises(ValueError, match=message) as err:
+        _lookup_tool(tmp_path, parameters)
+    assert "python tool 'lookup'" in str(err.value)
