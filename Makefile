@@ -40,6 +40,7 @@ bench: setup
 	$(BIN)/python bench/update_throughput.py
 	$(BIN)/python bench/python_grader_pool.py
 	$(BIN)/python bench/import_speed.py
+	$(BIN)/python bench/sandbox_escapes.py
 	$(BIN)/python bench/learn_demo.py
 
 clean:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
 
 import httpx
+
+from arft.signing import SIGNATURE_HEADER, sign
 
 T = TypeVar("T")
 
@@ -132,7 +135,8 @@ async def retrying_post(client: httpx.AsyncClient, url: str, body: bytes, *, wha
                         backoff_s: float, trace_id: str | None = None,
                         headers: Mapping[str, str] | None = None,
                         retry_4xx: frozenset[int] = RETRYABLE_4XX, max_bytes: int | None = None,
-                        before_attempt: Callable[[], Awaitable[None]] | None = None) -> Answer[T]:
+                        before_attempt: Callable[[], Awaitable[None]] | None = None,
+                        signing_secret: str | None = None) -> Answer[T]:
     """POST ``body`` (JSON bytes) to ``url`` up to ``attempts`` times; ``parse`` the JSON object.
 
     Retried after ``backoff_delay(backoff_s, retry)``: a 5xx or non-2xx outside the 4xx range, a
@@ -140,6 +144,9 @@ async def retrying_post(client: httpx.AsyncClient, url: str, body: bytes, *, wha
     own timeout is per read), a connection error, an answer that is not a JSON object and a
     ``BadAnswer`` from ``parse``. ``trace_id`` goes in the ``TRACE_HEADER``; ``before_attempt``
     (a rate limiter) is awaited before every attempt; ``what`` names the request in messages.
+    With ``signing_secret`` every attempt carries its own ``arft-signature`` of ``body``, each
+    with a later timestamp than the one before (so a server's replay cache never refuses a
+    retry; see ``arft.signing``).
 
     Raises ``Rejected`` (any other 4xx, at once), ``TooLarge`` (the answer passed ``max_bytes``)
     or ``Exhausted``; anything else ``parse`` or ``before_attempt`` raises propagates as is.
@@ -147,13 +154,19 @@ async def retrying_post(client: httpx.AsyncClient, url: str, body: bytes, *, wha
     sent = {**(headers or {}), **({TRACE_HEADER: trace_id} if trace_id else {})}
     attempts = max(1, attempts)
     last = _Retry("no attempt made")
+    signed_at = 0
     for attempt in range(attempts):
         if attempt:
             await asyncio.sleep(backoff_delay(backoff_s, attempt))
         if before_attempt is not None:
             await before_attempt()
         try:
-            status, raw = await _exchange(client, url, body, sent, timeout_s, max_bytes, what)
+            signed = sent
+            if signing_secret:
+                # each attempt a later second: a retry never repeats the signature it follows
+                signed_at = max(int(time.time()), signed_at + 1)
+                signed = {**sent, SIGNATURE_HEADER: sign(body, signing_secret, signed_at)}
+            status, raw = await _exchange(client, url, body, signed, timeout_s, max_bytes, what)
             if 400 <= status < 500 and status not in retry_4xx:
                 reason = f"HTTP {status}: {server_message(raw)}"
                 raise Rejected(f"{what} rejected the request with {reason}", reason, status, raw)
@@ -180,6 +193,8 @@ async def _exchange(client: httpx.AsyncClient, url: str, body: bytes, headers: M
         raise _Retry(f"no answer within {timeout_s:g}s") from None
     except httpx.TransportError as e:
         raise _Retry(f"connection failed: {type(e).__name__}: {e}") from None
+    except httpx.DecodingError as e:  # a body that does not match its content-encoding
+        raise _Retry(f"answer could not be decoded: {e}") from None
 
 
 async def _read(resp: httpx.Response, max_bytes: int | None, what: str) -> bytes:
@@ -206,6 +221,8 @@ def json_object(raw: bytes) -> dict[str, Any]:
         answer = json.loads(raw)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
         raise BadAnswer(f"answer is not JSON: {raw[:120]!r}") from None
+    except RecursionError:
+        raise BadAnswer(f"answer is JSON nested too deeply to read: {raw[:40]!r}...") from None
     if not isinstance(answer, dict):
         raise BadAnswer(f"answer is a JSON {type(answer).__name__}, not an object")
     return answer
@@ -215,7 +232,7 @@ def server_message(raw: bytes, limit: int = ERROR_TEXT_CHARS) -> str:
     """What an error answer says: ``error.message`` / ``detail`` of a JSON body, else its text."""
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw.decode(errors="replace")[:limit] or "(empty body)"
     if isinstance(data, dict):
         err = data.get("error", data.get("detail", data))

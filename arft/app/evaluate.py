@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from arft.app.run import Engine, open_run
+from arft.app.run import Engine, job_record, open_run
 from arft.config import JobSpec
 from arft.data.splits import Split
 from arft.graders.base import Grader
@@ -33,7 +33,7 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: RunDi
     run_dir = RunDir.of(run_dir)
     run_id = run_dir.path.name
     async with open_run(job, run_dir, engine=engine, grader=grader, splits={split: tasks}, on_status=on_status) as run:
-        run.store.create_run(run_id, "eval", job.model_dump(mode="json"))
+        run.store.create_run(run_id, "eval", job_record(job))
         on_status("running rollouts")
         rollouts = await run.runner.run_many(tasks, samples, run_id=run_id, seed=job.sampling.seed,
                                              on_done=on_done)

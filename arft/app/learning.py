@@ -1,7 +1,8 @@
 """What every weight-changing command shares (``arft train``, ``arft sft``): the policy and the
 engine that samples from it, the progress hooks, the periodic evaluation of the validation set,
-the evaluations a resumed run already made, and a warm start from another run's weights
-(``training.init_from``).
+resuming from a checkpoint (the interrupted process's records after it are dropped first, so a
+re-run step is stored once), the evaluations a resumed run already made, and a warm start from
+another run's weights (``training.init_from``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 from arft.app.run import Run
 from arft.config import JobSpec
 from arft.engines.transformers_engine import TransformersEngine
-from arft.metrics.sinks import MetricSink, log_all
+from arft.metrics.sinks import JsonlSink, MetricSink
 from arft.metrics.summary import EvalSummary, flat_metrics, summarize
 from arft.models.loading import load_model
 from arft.records import Rollout, Task
+from arft.sandbox.workspace import remove_workspace
 from arft.tracing.run_dir import RunDir
-from arft.tracing.store import RunStore
+from arft.tracing.store import Discarded, RunStore
+from arft.trainer.checkpoints import Cursor, discard_checkpoints_after, load_checkpoint
 from arft.trainer.learner import Learner, wrap_policy
 from arft.trainer.merge import run_job
 from arft.trainer.memory import release_memory
@@ -45,6 +48,9 @@ class Hooks:
     rollout_done: Callable[[Rollout], None] = lambda r: None
     step_done: Callable[[int, dict[str, float]], None] = lambda step, m: None
     eval_done: Callable[[int, EvalSummary], None] = lambda step, summary: None
+    point: Callable[[str, int], None] = lambda name, step: None
+    """Called at named moments of a step (``arft.app.faults.POINTS``) with the step's number, so
+    a fault-injection test can kill the process exactly there; nothing else needs it."""
 
 
 @dataclass
@@ -62,7 +68,10 @@ class Session:
     """The store and metrics.jsonl always; TensorBoard / W&B / MLflow as ``job.logging`` says."""
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
-        log_all(self.sinks, step, values)
+        """One metric row to every sink (the ``metrics`` point after each)."""
+        for sink in self.sinks:
+            sink.log(step, values)
+            self.hooks.point("metrics", step)
 
 
 async def evaluate_step(s: Session, step: int) -> EvalSummary:
@@ -72,11 +81,11 @@ async def evaluate_step(s: Session, step: int) -> EvalSummary:
     s.hooks.phase(f"eval @ step {step}", len(s.val_tasks) * k)
     eval_id = f"{s.run_id}:eval-{step:06d}"
     n = 1
-    while store.has_run(eval_id):  # re-evaluated after a resume: keep both
+    while store.has_run(eval_id):  # a fresh run in a used run directory: keep both (a resume drops later ones)
         eval_id, n = f"{s.run_id}:eval-{step:06d}-r{n}", n + 1
     store.create_run(eval_id, "eval", {"step": step})
     rollouts = await s.run.runner.run_many(s.val_tasks, k, run_id=eval_id, step=step,
-                                           seed=job.seed + EVAL_SEED_OFFSET, on_done=s.hooks.rollout_done)
+                                           seed=job.seed + EVAL_SEED_OFFSET, on_done=on_done(s.hooks, "eval", step))
     store.finish_run(eval_id, "completed")
     release_memory()
     summary = summarize(rollouts)
@@ -86,17 +95,82 @@ async def evaluate_step(s: Session, step: int) -> EvalSummary:
     return summary
 
 
+def on_done(hooks: Hooks, point: str, step: int) -> Callable[[Rollout], None]:
+    """A runner's per-rollout callback: the display's ``rollout_done``, then ``point``."""
+
+    def done(rollout: Rollout) -> None:
+        hooks.rollout_done(rollout)
+        hooks.point(point, step)
+
+    return done
+
+
+def _eval_runs(store: RunStore, run_id: str) -> list[tuple[str, int]]:
+    """(eval run id, step) of every evaluation ``run_id`` made, oldest first."""
+    found = []
+    for r in store.runs():
+        step = (r.get("job") or {}).get("step")
+        if r["kind"] == "eval" and r["run_id"].startswith(f"{run_id}:eval-") and step is not None:
+            found.append((r["run_id"], int(step)))
+    return found
+
+
 def stored_evals(store: RunStore, run_id: str, up_to: int) -> dict[int, EvalSummary]:
     """The evaluations a resumed run already made (the baseline among them), from its store."""
     evals: dict[int, EvalSummary] = {}
-    for r in store.runs():
-        step = (r.get("job") or {}).get("step")
-        if r["kind"] == "eval" and r["run_id"].startswith(f"{run_id}:eval-") and step is not None \
-                and step <= up_to:
-            rollouts = store.rollouts(r["run_id"])
-            if rollouts:
-                evals[int(step)] = summarize(rollouts)
+    for eval_id, step in _eval_runs(store, run_id):
+        rollouts = store.rollouts(eval_id) if step <= up_to else []
+        if rollouts:
+            evals[step] = summarize(rollouts)
     return evals
+
+
+@dataclass(frozen=True)
+class Rewound:
+    """What ``rewind`` dropped: store rows, metrics.jsonl lines, checkpoint and workspace folders."""
+
+    store: Discarded
+    jsonl_lines: int
+    checkpoints: int
+    workspaces: int
+
+    def describe(self) -> str:
+        s = self.store
+        return (f"dropped what the interrupted run recorded after its checkpoint: {s.rollouts} rollouts "
+                f"({s.grades} grades, {s.tool_calls} tool calls), {s.runs} evaluations, {s.metrics} metric "
+                f"values, {self.jsonl_lines} metrics.jsonl lines, {self.checkpoints} unfinished checkpoints, "
+                f"{self.workspaces} leftover workspaces")
+
+
+def rewind(run: Run, run_id: str, step: int) -> Rewound:
+    """Drop everything ``run_id`` recorded after checkpoint ``step``, so the steps a resumed run
+    re-runs are recorded once: its rollouts (with their grades and tool calls), metric rows and
+    evaluations after ``step`` (one store transaction), then metrics.jsonl's rows after ``step``
+    (rewritten atomically), checkpoint folders after ``step`` or half-written, and the
+    workspaces of rollouts the kill interrupted. Each part is idempotent: a kill during the
+    rewind is repaired by the next resume."""
+    rd = run.run_dir
+    later = [eval_id for eval_id, at in _eval_runs(run.store, run_id) if at > step]
+    discarded = run.store.discard_after(run_id, step, later)
+    lines = JsonlSink(rd.metrics).discard_after(step)
+    checkpoints = discard_checkpoints_after(rd.path, step)
+    workspaces = sorted(rd.workspaces.iterdir()) if rd.workspaces.is_dir() else []
+    for w in workspaces:  # nothing runs in this run directory before the resumed run starts
+        remove_workspace(w)
+    return Rewound(discarded, lines, len(checkpoints), len(workspaces))
+
+
+def resume(s: Session, checkpoint: Path) -> Cursor:
+    """Continue ``s`` from ``checkpoint``: weights, optimizer and RNG states back, the interrupted
+    process's later records dropped (``rewind``), the evaluations made up to it kept. Returns
+    the cursor to continue from."""
+    cursor, _ = load_checkpoint(checkpoint, s.learner)
+    rewound = rewind(s.run, s.run_id, cursor.step)
+    if rewound.store.total or rewound.jsonl_lines or rewound.checkpoints or rewound.workspaces:
+        s.hooks.status(rewound.describe())
+    s.result.evals.update(stored_evals(s.run.store, s.run_id, cursor.step))
+    s.hooks.status(f"resumed from {checkpoint.name}")
+    return cursor
 
 
 def policy_engine(job: JobSpec, model: Any, tokenizer: Any,

@@ -5,6 +5,12 @@ Every command that runs rollouts (``arft eval``, ``arft train``, ``arft doctor``
 ``open_run`` and gets a ``Run``; leaving it closes what it opened, in reverse order, even when the
 command fails half-way. An engine or grader passed in by the caller (a trainer's policy engine, a
 test's scripted engine) is used as given and closed only when ``close_engine`` says so.
+
+Secrets: before anything starts, every ``${ENV_VAR}`` reference of the job must resolve (the
+error names the field, e.g. ``method.reinforcement.tools[0].headers.Authorization``); while the
+run is open, the resolved values are scrubbed from every log record; ``job_record`` is the job as
+it may be stored (references kept, literal secrets as ``***``). ``Run.job`` keeps the references:
+only the built tools, grader and engine ever hold the resolved values.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from arft.graders.base import Grader, close_grader
 from arft.graders.registry import build_grader
 from arft.records import Task
 from arft.rollout.runner import RolloutRunner, workspace_template
+from arft.secrets import check as check_secrets
+from arft.secrets import redact, redacting_logs
 from arft.tools.registry import Toolbox, open_toolbox
 from arft.tracing.run_dir import RunDir
 from arft.tracing.store import RunStore
@@ -64,7 +72,9 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
     ``splits``: the tasks the run will roll out, checked against the started tools before any
     rollout runs.
     """
+    secret_values = check_secrets(job.model_dump(mode="json"))
     async with AsyncExitStack() as stack:
+        stack.enter_context(redacting_logs(secret_values))
         own_grader = grader is None
         grader = grader if grader is not None else build_grader(job.rl.grader, job.base_dir)
         if own_grader:
@@ -88,5 +98,5 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
 
 def job_record(job: JobSpec) -> dict[str, Any]:
     """The job as stored with a run: ``model`` as an absolute reference (``arft merge`` reloads it
-    from anywhere)."""
-    return job.model_copy(update={"model": job.model_ref}).model_dump(mode="json")
+    from anywhere), secrets redacted (``arft.secrets.redact``: references kept, literals ``***``)."""
+    return redact(job.model_copy(update={"model": job.model_ref}).model_dump(mode="json"))

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arft.app.learning import Hooks, Session, TrainResult, apply_init_from, evaluate_step, policy_engine, stored_evals
+from arft.app.learning import (Hooks, Session, TrainResult, apply_init_from, evaluate_step, policy_engine,
+                               resume as resume_from)
 from arft.app.run import job_record, open_run
 from arft.app.sft_data import load_demonstrations, select, tokenize
 from arft.config import JobSpec
@@ -30,7 +31,7 @@ from arft.metrics.sinks import close_sinks, open_sinks
 from arft.records import TrainBatch
 from arft.rollout.demonstration import DemoTokens
 from arft.tracing.run_dir import RunDir
-from arft.trainer.checkpoints import Cursor, batch_for, load_checkpoint, save_checkpoint
+from arft.trainer.checkpoints import Cursor, batch_for, save_checkpoint
 from arft.trainer.learner import Learner, base_learning_rate
 
 SFT_RUN_ID = "sft"
@@ -105,14 +106,13 @@ async def sft(job: JobSpec, data: Path, run_dir: RunDir | Path, *, options: SftO
         s = Session(run, learner, SFT_RUN_ID, val_tasks, hooks, result)
         cursor = Cursor()
         if checkpoint is not None:
-            cursor, _ = load_checkpoint(checkpoint, learner)
-            result.evals.update(stored_evals(run.store, SFT_RUN_ID, cursor.step))
-            hooks.status(f"resumed from {checkpoint.name}")
+            cursor = resume_from(s, checkpoint)
         else:
             apply_init_from(s)
             run.store.create_run(SFT_RUN_ID, "sft", job_record(job))
             _write_summary(rd, data, options, result)
-        s.sinks = open_sinks(job, rd.path, run.store, SFT_RUN_ID)
+        s.sinks = open_sinks(job, rd.path, run.store, SFT_RUN_ID,
+                             resumed_from=cursor.step if checkpoint is not None else None)
         try:
             await _loop(s, demos, options, cursor, total)
         finally:

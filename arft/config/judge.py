@@ -47,6 +47,9 @@ class JudgeFields(Spec):
     """arft: the judge server (``.../v1``); default ``$OPENAI_BASE_URL``, else the OpenAI API."""
     api_key_env: str = "OPENAI_API_KEY"
     """arft: the *name* of the environment variable holding the judge's API key."""
+    api_key: str | None = None
+    """arft: the judge's API key as a ``${ENV_VAR}`` reference, resolved at start (a literal
+    key works too and is stored as ``***``); wins over ``api_key_env``."""
     timeout_s: float = Field(default=60.0, gt=0)
     """arft: seconds per judge request."""
     max_retries: int = Field(default=3, ge=0)

@@ -28,7 +28,7 @@ def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
     """1-based line of the YAML/JSON node at ``loc`` (or its nearest ancestor)."""
     try:
         node = yaml.compose(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # JSON too deep for PyYAML's recursive parser
         return None
     line = node.start_mark.line + 1 if node is not None else None
     for depth, key in enumerate(loc):
@@ -133,11 +133,18 @@ def load_job(path: str | Path) -> JobSpec:
     path = Path(path)
     if not path.exists():
         raise JobError(f"{path}: job file not found (pass the path of a YAML or JSON job spec)")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise JobError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02X} at offset "
+                       f"{e.start}); save the job file as UTF-8") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         raise JobError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
+    except RecursionError:
+        raise JobError(f"{path}: nested too deeply to read (lists or mappings about a thousand "
+                       "levels inside each other); flatten the job spec") from None
     if not isinstance(data, dict):
         raise JobError(f"{path}: a job spec must be a mapping at the top level")
     try:

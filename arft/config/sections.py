@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, NonNegativeFloat
 
 from arft.config.base import Auto, Spec
 
@@ -28,6 +28,9 @@ class EngineSpec(Spec):
     """openai engine: the server, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL)."""
     api_key_env: str = "OPENAI_API_KEY"
     """openai engine: the environment variable holding the API key (may be unset for local servers)."""
+    api_key: str | None = None
+    """openai engine: the API key as a ``${ENV_VAR}`` reference, resolved at start (a literal
+    key works too and is stored as ``***``); wins over ``api_key_env``."""
     served_model: str | None = None
     """openai engine: the model name to send (default: the job's ``model``)."""
     timeout_s: float = 120.0
@@ -83,14 +86,21 @@ class RolloutSpec(Spec):
 
 
 class BudgetSpec(Spec):
-    """A soft tool-call budget: a penalty per call beyond it, reported apart from the task reward."""
+    """A soft tool-call budget: a penalty per unit beyond it, reported apart from the task reward."""
 
-    soft_limit: int | None = None
-    """Executed tool calls a rollout may make without penalty (``None``: no budget)."""
+    unit: Literal["calls", "turns", "latency"] = "calls"
+    """What the budget counts: ``calls`` (executed tool calls), ``turns`` (sequential tool rounds:
+    parallel calls in one turn count once) or ``latency`` (critical-path seconds: per turn, the
+    slowest of its calls, from ``tool_costs`` or the measured latencies)."""
+    soft_limit: float | None = None
+    """What a rollout may use without penalty, in ``unit`` (``None``: no budget)."""
     penalty: float = 0.05
-    """Reward subtracted per call over the limit (``linear``) or once (``step``)."""
+    """Reward subtracted per unit over the limit (``linear``) or once (``step``)."""
     kind: Literal["linear", "step"] = "linear"
-    """``linear``: ``penalty`` per call over the limit; ``step``: ``penalty`` once when over."""
+    """``linear``: ``penalty`` per unit over the limit; ``step``: ``penalty`` once when over."""
+    tool_costs: dict[str, NonNegativeFloat] | None = None
+    """Seconds charged per call of each tool for ``unit: latency`` (deterministic training);
+    a tool not listed is charged its measured latency."""
 
 
 class LoraSpec(Spec):

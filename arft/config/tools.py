@@ -19,7 +19,13 @@ class EndpointToolSpec(Spec):
     server_url: str
     """The http(s) URL every call is POSTed to."""
     headers: dict[str, str] = Field(default_factory=dict)
-    """Sent with every call (e.g. ``Authorization``)."""
+    """Sent with every call (e.g. ``Authorization: Bearer ${TOOL_TOKEN}``): ``${ENV_VAR}``
+    references are resolved at start; the run stores the references, and a literal value as
+    ``***`` (see ``arft.secrets``)."""
+    signing_secret: str | None = None
+    """When set (best as ``${ENV_VAR}``), every call carries an ``arft-signature`` header:
+    HMAC-SHA256 of the timestamp and the body, which the server checks with
+    ``arft.signing.verify`` (default: unsigned)."""
     description: str | None = None
     """Shown to the model; when absent, the dataset row's schema for this tool is used."""
     parameters: dict[str, Any] | None = None
@@ -76,7 +82,8 @@ class McpToolSpec(Spec):
     command: list[str]
     """The server's command line, e.g. ``["python", "server.py"]``."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment variables for the server."""
+    """Extra environment variables for the server; ``${ENV_VAR}`` references are resolved at
+    start (a secret-looking literal, e.g. under ``*_TOKEN``, is stored as ``***``)."""
     include: list[str] | None = None
     """Only these of the server's tools (default: all)."""
     name_prefix: str = ""

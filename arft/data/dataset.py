@@ -10,6 +10,7 @@ ever skipped silently (only blank lines are not rows).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -20,6 +21,10 @@ MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
 ROW_SPECIAL_KEYS = ("messages", "tools", "tool_choice")
 MAX_REPORTED = 20
+TOO_DEEP = ("JSON nested too deeply to read (lists or objects about a thousand levels inside "
+            "each other); flatten it")
+UNDECODABLE = re.compile("[\udc80-\udcff]")
+"""A byte that is not UTF-8, as ``errors="surrogateescape"`` decodes it."""
 
 
 class DatasetError(ValueError):
@@ -43,7 +48,7 @@ def load_tasks(path: str | Path) -> list[Task]:
     errors: list[str] = []
     tasks: list[Task] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
+    with path.open(encoding="utf-8", errors="surrogateescape") as f:  # a bad byte fails its line
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue  # blank lines (e.g. a trailing newline) are not rows
@@ -78,11 +83,17 @@ def _summarise(path: Path, errors: list[str]) -> str:
 
 
 def _parse_row(line: str, lineno: int, stem: str) -> Task:
+    bad = UNDECODABLE.search(line)
+    if bad is not None:
+        raise RowError(f"not UTF-8 text (byte 0x{ord(bad.group()) - 0xDC00:02X} at column "
+                       f"{bad.start() + 1}); save the file as UTF-8")
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
         raise RowError(f"not valid JSON ({e.msg} at column {e.colno}); each line must be one "
                        "JSON object") from None
+    except RecursionError:
+        raise RowError(TOO_DEEP) from None
     if not isinstance(row, dict):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}; write "
                        '{"messages": [...], ...} on each line')

@@ -137,7 +137,7 @@ def import_traffic(logs: Path, out: Path, *, job: JobSpec | None = None,
                           bad_lines=len(log.errors), errors=log.errors[:MAX_ERRORS],
                           records=len(log.records), duplicates_merged=merged,
                           near_duplicates_removed=0, near_duplicate_ratio=near_dup,
-                          message_keys_dropped=dict(log.dropped_keys), rows=0, train=0,
+                          message_keys_dropped=_counts(log.dropped_keys), rows=0, train=0,
                           validation=0, demos=0)
     if job is not None:
         rows = _filter_tools(rows, job, report)
@@ -170,7 +170,7 @@ def _check_options(out: Path, near_dup: float, val_fraction: float, force: bool)
 
 def row_id(prompt_json: str) -> str:
     """``imp-`` + 12 hex digits of the sha1 of the prompt's canonical JSON (deterministic)."""
-    return "imp-" + hashlib.sha1(prompt_json.encode("utf-8")).hexdigest()[:12]
+    return "imp-" + hashlib.sha1(prompt_json.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def _conversation_len(rec: TrafficRecord) -> int:
@@ -188,7 +188,7 @@ def _merge(records: list[TrafficRecord]) -> tuple[list[_Row], int]:
         if row is None:
             rid = row_id(key)
             if rid in ids:  # a 48-bit collision between different prompts: take more digits
-                rid = "imp-" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:20]
+                rid = "imp-" + hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:20]
             ids.add(rid)
             by_start[key] = _Row(rid, rec, rec.tools, rec.tool_choice)
         elif _conversation_len(rec) > _conversation_len(row.record):
@@ -233,10 +233,18 @@ def _filter_tools(rows: list[_Row], job: JobSpec, report: ImportReport) -> list[
             removed[forced] += 1
             row.tool_choice = None
     report.rows_dropped_unknown_tools = len(rows) - len(kept)
-    report.dropped_unknown_tools = dict(dropped.most_common())
-    report.unchecked_tool_calls = dict(unchecked.most_common())
-    report.offered_tools_removed = dict(removed.most_common())
+    report.dropped_unknown_tools = _counts(dropped)
+    report.unchecked_tool_calls = _counts(unchecked)
+    report.offered_tools_removed = _counts(removed)
     return kept
+
+
+def _counts(counter: Counter[str]) -> dict[str, int]:
+    """Counts by name, most common first, for the report; a name the log wrote with a lone
+    surrogate (``\\ud800``, no UTF-8 text) keeps that escape, so the report can be written and
+    printed."""
+    return {name.encode("utf-8", "backslashreplace").decode("utf-8"): n
+            for name, n in counter.most_common()}
 
 
 def _forced_tool(choice: str | dict[str, Any] | None) -> str | None:
@@ -328,12 +336,14 @@ def _demo_json(row: _Row) -> dict[str, Any]:
 
 
 def _write(out: Path, rows: list[_Row], report: ImportReport) -> None:
-    """The three JSONL files; counts go into ``report``."""
+    """The three JSONL files; counts go into ``report``. A lone surrogate (valid JSON text, a
+    ``\\ud800`` escape in the log) is not UTF-8: it is written back as that same escape."""
     out.mkdir(parents=True, exist_ok=True)
     dump = json.JSONEncoder(ensure_ascii=False).encode
-    with (out / "train.jsonl").open("w", encoding="utf-8") as train, \
-            (out / "validation.jsonl").open("w", encoding="utf-8") as val, \
-            (out / "demos.jsonl").open("w", encoding="utf-8") as demos:
+    text: dict[str, str] = {"encoding": "utf-8", "errors": "backslashreplace"}
+    with (out / "train.jsonl").open("w", **text) as train, \
+            (out / "validation.jsonl").open("w", **text) as val, \
+            (out / "demos.jsonl").open("w", **text) as demos:
         for row in rows:
             (val if row.split == "validation" else train).write(dump(_row_json(row)) + "\n")
             if row.record.conversation is not None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from arft.data.dataset import (DatasetError, ROLES, RowError, _parse_content, _parse_tools, check_call,
-                               _summarise, _task_id)
+from arft.data.dataset import (DatasetError, ROLES, RowError, TOO_DEEP, _parse_content,
+                               _parse_tools, check_call, _summarise, _task_id)
 from arft.data.redact import Redactor
 from arft.records import Message, Task
 
@@ -153,6 +153,8 @@ def _parse_line(line: bytes, lineno: int, reader: _Reader) -> TrafficRecord:
         where = "the end of the line" if e.pos >= len(text) else f"column {e.pos + 1}"
         raise RowError(f"not valid JSON ({e.msg} at {where}); each line must be one JSON "
                        "object") from None
+    except RecursionError:
+        raise RowError(TOO_DEEP) from None
     if not isinstance(obj, dict):
         raise RowError(f"a line must be a JSON object, got {type(obj).__name__}; write {SHAPES}")
     source_id = None
@@ -338,7 +340,8 @@ def _items(obj: dict[str, Any], reader: _Reader) -> dict[str, Any]:
         for depth, part in enumerate(parts):
             if isinstance(value, dict) and part in value:
                 value = value[part]
-            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            elif (isinstance(value, list) and part.isdecimal() and len(part) < 19  # int() takes it
+                  and int(part) < len(value)):
                 value = value[int(part)]
             else:
                 if reader.item_optional:

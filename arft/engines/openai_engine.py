@@ -6,8 +6,9 @@ rollouts made with it cannot train (see ``arft.engines.base.ChatEngine``). Trans
 backoff (``arft.http.retrying_post``, the loop every HTTP client of arft shares); any other 4xx
 is the caller's mistake and fails at once with the server's message.
 
-The API key is read from the environment variable *named* in the job's ``engine.api_key_env``
-(the user's contract): the key itself never appears in a job file.
+The API key is ``engine.api_key`` (a ``${ENV_VAR}`` reference, resolved by ``arft.secrets``)
+or else read from the environment variable *named* in ``engine.api_key_env``: the key itself
+need never appear in a job file.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from arft.engines.base import ChatReply, EngineError, SamplingParams
 from arft.http import Exhausted, Rejected, json_client, retrying_post
 from arft.records import FunctionCall, Message, ToolCall
+from arft.secrets import resolve
 
 if TYPE_CHECKING:
     from arft.config import EngineSpec
@@ -50,7 +52,9 @@ class OpenAIEngine:
             raise ValueError("the openai engine needs a server: set engine.base_url in the job "
                              "(e.g. http://127.0.0.1:8000/v1) or the OPENAI_BASE_URL environment "
                              "variable")
-        return cls(base_url, spec.served_model or model_name, api_key=os.environ.get(spec.api_key_env),
+        api_key = (resolve(spec.api_key, "engine.api_key") if spec.api_key
+                   else os.environ.get(spec.api_key_env))
+        return cls(base_url, spec.served_model or model_name, api_key=api_key,
                    timeout_s=spec.timeout_s)
 
     @property

@@ -16,6 +16,10 @@ does not:
   Score carrying the last reason.
 * Any other 4xx: an error Score at once (the request itself is wrong; retrying cannot help).
 
+``${ENV_VAR}`` references in ``headers`` and ``signing_secret`` are resolved when the grader is
+built (``arft.secrets``); with a ``signing_secret`` every request carries an ``arft-signature``
+(``arft.signing``).
+
 ``rate_limit_per_s`` caps how many requests (retries included) the grader starts per second,
 across all its concurrent grades. One pooled keep-alive client per grader and event loop. The
 retry loop is ``arft.http.retrying_post``; the rollout's trace_id also travels in its header.
@@ -34,6 +38,7 @@ from arft.config.graders import EndpointSpec
 from arft.graders.base import GraderError, validate_spec
 from arft.http import BadAnswer, Exhausted, Rejected, is_http_url, json_client, retrying_post
 from arft.records import Score
+from arft.secrets import SecretError, resolve, resolve_map
 
 
 class RateLimiter:
@@ -60,12 +65,18 @@ class EndpointGrader:
     """Scores a rollout by POSTing it to ``spec.url``; never raises for an endpoint failure."""
 
     def __init__(self, spec: EndpointSpec, backoff_s: float = 0.5) -> None:
-        """``backoff_s``: the wait before the first retry; each later retry waits twice as long."""
+        """``backoff_s``: the wait before the first retry; each later retry waits twice as long.
+
+        Raises ``SecretError`` when a ``${ENV_VAR}`` its headers or signing secret name is unset.
+        """
+        where = f"grader {spec.name!r} (endpoint)"
         self.spec = spec
         self.name = spec.name
         self._backoff_s = backoff_s
         self._limiter = RateLimiter(spec.rate_limit_per_s) if spec.rate_limit_per_s else None
-        self._http = json_client(spec.timeout_s, spec.headers)
+        self._signing_secret = (resolve(spec.signing_secret, f"{where}: signing_secret")
+                                if spec.signing_secret else None)
+        self._http = json_client(spec.timeout_s, resolve_map(spec.headers, f"{where}: headers"))
 
     async def aclose(self) -> None:
         """Close the pooled connections (safe to call twice)."""
@@ -84,7 +95,8 @@ class EndpointGrader:
                 self._http.get(), self.spec.url, body, what=f"endpoint {self.spec.url}",
                 parse=self._parse, attempts=1 + self.spec.max_retries,
                 timeout_s=self.spec.timeout_s, backoff_s=self._backoff_s, trace_id=trace_id,
-                before_attempt=self._limiter.acquire if self._limiter is not None else None)
+                before_attempt=self._limiter.acquire if self._limiter is not None else None,
+                signing_secret=self._signing_secret)
         except Rejected as e:
             return self._error(f"{e}; fix the request or the grader server (not retried)")
         except Exhausted as e:
@@ -127,4 +139,7 @@ def build(spec: dict[str, Any], base_dir: Path) -> EndpointGrader:
     if not is_http_url(parsed.url):
         raise GraderError(f"grader {parsed.name!r} (endpoint): field 'url': {parsed.url!r} is not "
                           "an http(s) URL; write it like https://host:port/path")
-    return EndpointGrader(parsed)
+    try:
+        return EndpointGrader(parsed)
+    except SecretError as e:
+        raise GraderError(str(e)) from None

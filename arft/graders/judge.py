@@ -9,7 +9,8 @@ set, plus a ``response_format`` JSON schema asking for structured output. Server
 fences, and callers accept a bare value.
 
 Where the judge lives (the user's contract): ``base_url`` from the spec, else ``$OPENAI_BASE_URL``,
-else the OpenAI API; the key from the environment variable *named* by ``api_key_env``.
+else the OpenAI API; the key from ``api_key`` (a ``${ENV_VAR}`` reference, resolved by
+``arft.secrets``), else from the environment variable *named* by ``api_key_env``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from arft.engines.openai_engine import OpenAIEngine
 from arft.graders.base import GraderError
 from arft.graders.templates import render_template
 from arft.records import Message
+from arft.secrets import SecretError, resolve
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -60,7 +62,12 @@ class JudgeClient(OpenAIEngine):
                     response_format: dict[str, Any] | None) -> "JudgeClient":
         """Build from a spec; reads ``base_url``/``$OPENAI_BASE_URL`` and the named key variable."""
         base_url = fields.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-        return cls(base_url, model, os.environ.get(fields.api_key_env) or None,
+        try:
+            api_key = (resolve(fields.api_key, f"judge {model!r}: api_key") if fields.api_key
+                       else os.environ.get(fields.api_key_env) or None)
+        except SecretError as e:
+            raise GraderError(str(e)) from None
+        return cls(base_url, model, api_key,
                    response_format=response_format, sampling=fields.sampling_params,
                    timeout_s=fields.timeout_s, max_retries=fields.max_retries,
                    backoff_s=fields.backoff_s, api_key_env=fields.api_key_env)

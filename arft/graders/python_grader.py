@@ -45,13 +45,14 @@ def check_source(source: str, filename: str, label: str) -> None:
     """Compile ``source`` and check it defines ``def grade(sample, item)``; never runs it."""
     try:
         tree = compile(source, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        compile(tree, filename, "exec", dont_inherit=True)  # errors only the compiler finds
     except SyntaxError as e:
         raise GraderError(f"{label}: syntax error on line {e.lineno}: {e.msg}; fix the source "
                           "(`python -m py_compile FILE` shows the same error)") from None
-    try:
-        compile(tree, filename, "exec", dont_inherit=True)  # errors only the compiler finds
-    except SyntaxError as e:
-        raise GraderError(f"{label}: syntax error on line {e.lineno}: {e.msg}; fix the source")
+    except (RecursionError, MemoryError):  # CPython's parser gives up on very deep nesting
+        raise GraderError(f"{label}: the code is nested too deeply to compile (an expression "
+                          "thousands of operators long?); split it into smaller "
+                          "statements") from None
     defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
             and n.name == "grade"]
     if not defs:

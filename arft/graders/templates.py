@@ -22,7 +22,7 @@ from typing import Any
 PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.DOTALL)
 STEP = re.compile(
     r"""\.(?P<attr>[A-Za-z_][A-Za-z0-9_\-]*)      # .key
-      | \[\s*(?P<index>-?\d+)\s*\]               # [0]
+      | \[\s*(?P<index>-?\d{1,18})\s*\]          # [0] (more digits: no list is that long)
       | \[\s*"(?P<dq>(?:[^"\\]|\\.)*)"\s*\]      # ["key"]
       | \[\s*'(?P<sq>(?:[^'\\]|\\.)*)'\s*\]      # ['key']
     """,

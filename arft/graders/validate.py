@@ -184,6 +184,9 @@ def python_source_problems(source: str, where: str) -> list[str]:
     except SyntaxError as e:
         return [f"{where}: syntax error on line {e.lineno}: {e.msg}; fix the grader's source "
                 "(`python -m py_compile FILE` shows the same error)"]
+    except (RecursionError, MemoryError):  # CPython's parser gives up on very deep nesting
+        return [f"{where}: the code is nested too deeply to compile (an expression thousands of "
+                "operators long?); split it into smaller statements"]
     grades = [n for n in tree.body
               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "grade"]
     if not grades:
@@ -255,7 +258,7 @@ def _subscript_keys(source: str) -> list[str]:
     parameter, whatever its name); nothing when the source does not parse."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         return []
     grades = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "grade"
               and len(n.args.args) >= 2]

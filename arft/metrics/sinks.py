@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from arft.config import JobSpec, LoggingSpec, MlflowSpec, WandbSpec
-from arft.tracing.run_dir import RunDir
+from arft.secrets import redact
+from arft.tracing.run_dir import RunDir, write_durably
 from arft.tracing.store import RunStore
 
 
@@ -64,6 +65,34 @@ class JsonlSink:
     def close(self) -> None:
         """Every row is written and closed as it is logged."""
 
+    def discard_after(self, step: int) -> int:
+        """Drop the rows of steps after ``step``, and a last line that a kill left half-written,
+        by rewriting the file atomically (``write_durably``); returns how many lines went. A
+        resumed run calls this before it logs again. Lines that are not rows are kept as they are."""
+        if not self._path.exists():
+            return 0
+        lines = self._path.read_text().splitlines(keepends=True)
+        kept: list[str] = []
+        for i, line in enumerate(lines):
+            row_step = _row_step(line)
+            if row_step is None and i == len(lines) - 1 and not line.endswith("\n"):
+                continue  # the row being appended when the process was killed
+            if row_step is None or row_step <= step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+        if kept != lines:
+            write_durably(self._path, "".join(kept))
+        return len(lines) - len(kept)
+
+
+def _row_step(line: str) -> int | None:
+    """The ``step`` of a metrics.jsonl line; None when the line is not a whole row."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    return step if isinstance(step, int) else None
+
 
 def _finite(values: dict[str, float]) -> dict[str, float]:
     """Drop NaN/inf values (an empty batch's mean): dashboards would plot them as gaps or zeros."""
@@ -71,12 +100,17 @@ def _finite(values: dict[str, float]) -> dict[str, float]:
 
 
 class TensorBoardSink:
-    """Event files in ``RUN_DIR/tensorboard``."""
+    """Event files in ``RUN_DIR/tensorboard``.
 
-    def __init__(self, run_dir: Path) -> None:
+    Event files are append-only and cannot be truncated: a run resumed from step K opens the
+    writer with ``purge_step=K + 1``, which writes a marker that makes TensorBoard hide the
+    interrupted process's events of steps after K (they stay in the older file, unplotted).
+    """
+
+    def __init__(self, run_dir: Path, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(RunDir(run_dir).tensorboard))
+        self._writer = SummaryWriter(log_dir=str(RunDir(run_dir).tensorboard), purge_step=purge_step)
 
     def log(self, step: int, values: dict[str, float]) -> None:
         for name, value in _finite(values).items():
@@ -165,7 +199,8 @@ def _now_ms() -> int:
 
 
 def _flat_params(job: JobSpec) -> dict[str, Any]:
-    """The job's settings as flat ``section.key`` parameters for the dashboards."""
+    """The job's settings as flat ``section.key`` parameters for the dashboards, secrets redacted
+    (``arft.secrets.redact``)."""
     out: dict[str, Any] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -175,7 +210,7 @@ def _flat_params(job: JobSpec) -> dict[str, Any]:
         else:
             out[prefix] = value
 
-    dumped = job.model_dump(mode="json")
+    dumped = redact(job.model_dump(mode="json"))
     dumped["method"] = {"grader": dumped["method"]["reinforcement"]["grader"].get("type"),
                         "hyperparameters": dumped["method"]["reinforcement"]["hyperparameters"]}
     walk("", dumped)
@@ -183,16 +218,22 @@ def _flat_params(job: JobSpec) -> dict[str, Any]:
 
 
 def open_sinks(job: JobSpec, run_dir: Path, store: RunStore | None = None,
-               run_id: str = "") -> list[MetricSink]:
+               run_id: str = "", resumed_from: int | None = None) -> list[MetricSink]:
     """The run's sinks: ``store`` (under ``run_id``) and ``metrics.jsonl`` when a store is given,
-    then the dashboards ``job.logging`` asks for; raises ``TrackingError`` when one cannot start."""
+    then the dashboards ``job.logging`` asks for; raises ``TrackingError`` when one cannot start.
+
+    ``resumed_from``: the checkpoint step a resumed run continues from. The caller has already
+    dropped the store's and metrics.jsonl's rows after it (``arft.app.learning.rewind``);
+    TensorBoard hides its events after it (``TensorBoardSink``). W&B and MLflow cannot delete
+    logged values: for the re-run steps W&B keeps the interrupted process's rows (it ignores a
+    step logged again), MLflow shows both."""
     spec: LoggingSpec = job.logging
     sinks: list[MetricSink] = []
     if store is not None:
         sinks += [StoreSink(store, run_id), JsonlSink(RunDir(run_dir).metrics)]
     try:
         if spec.tensorboard:
-            sinks.append(_tensorboard(run_dir))
+            sinks.append(_tensorboard(run_dir, None if resumed_from is None else resumed_from + 1))
         if spec.wandb is not None:
             sinks.append(WandbSink(spec.wandb, run_dir, _flat_params(job)))
         if spec.mlflow is not None:
@@ -203,9 +244,9 @@ def open_sinks(job: JobSpec, run_dir: Path, store: RunStore | None = None,
     return sinks
 
 
-def _tensorboard(run_dir: Path) -> MetricSink:
+def _tensorboard(run_dir: Path, purge_step: int | None) -> MetricSink:
     try:
-        return TensorBoardSink(run_dir)
+        return TensorBoardSink(run_dir, purge_step)
     except ImportError as e:
         raise TrackingError("TensorBoard logging needs the tensorboard package: `pip install tensorboard` "
                             "(or set logging.tensorboard: false)") from e

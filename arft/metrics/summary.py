@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+from arft.budget import critical_path_s, usage
 from arft.records import Rollout, Score, ToolCallRecord
 
 PASS_THRESHOLD = 1.0
@@ -65,6 +66,11 @@ class ToolCallStats(BaseModel):
     """Turns with at least one tool call."""
     parallel_turn_share: float | None = None
     """Share of tool-calling turns that made more than one call."""
+    rounds_mean: float | None = None
+    """Sequential tool rounds per rollout (turns with an executed call; ``budget.unit: turns``)."""
+    critical_path_mean_s: float | None = None
+    """Measured critical-path tool latency per rollout: per turn, its slowest call (seconds)."""
+    critical_path_p95_s: float | None = None
 
 
 class ToolStats(BaseModel):
@@ -216,11 +222,14 @@ def _tool_call_stats(behaviour: Sequence[Rollout], cap: int) -> ToolCallStats:
         per_turn = Counter(c.turn for c in x.model_calls)
         n_tool_turns += len(per_turn)
         n_parallel += sum(1 for n in per_turn.values() if n > 1)
+    paths = [critical_path_s(x.tool_calls) for x in behaviour]
     return ToolCallStats(
         mean=_mean(counts), p50=percentile(counts, 50), p95=percentile(counts, 95),
         max=max(counts, default=None), histogram=_histogram(counts, cap),
         n_tool_turns=n_tool_turns,
         parallel_turn_share=n_parallel / n_tool_turns if n_tool_turns else None,
+        rounds_mean=_mean([usage(x.tool_calls, "turns") for x in behaviour]),
+        critical_path_mean_s=_mean(paths), critical_path_p95_s=percentile(paths, 95),
     )
 
 
@@ -308,6 +317,9 @@ def flat_metrics(summary: EvalSummary, prefix: str) -> dict[str, float]:
         "tool_calls_mean": summary.tool_calls.mean, "tool_calls_p50": summary.tool_calls.p50,
         "tool_calls_p95": summary.tool_calls.p95, "tool_calls_max": summary.tool_calls.max,
         "parallel_turn_share": summary.tool_calls.parallel_turn_share,
+        "tool_rounds_mean": summary.tool_calls.rounds_mean,
+        "critical_path_s_mean": summary.tool_calls.critical_path_mean_s,
+        "critical_path_s_p95": summary.tool_calls.critical_path_p95_s,
         "parse_errors": summary.parse_errors_total,
         "parse_error_rate": summary.parse_error_rate,
         "constrained_call_share": summary.constrained_call_share,

@@ -142,8 +142,11 @@ def _loads_lenient(body: str) -> Any:
         try:
             value, end = decoder.raw_decode(s + "}")
             s += "}"
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise ValueError(f"invalid JSON: {first}") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read; write one flat object with \"name\" "
+                         "and \"arguments\"") from None
     rest = s[end:].strip()
     if len(rest) > 1:
         raise ValueError(f"unexpected text after the JSON object: {rest[:40]!r}")

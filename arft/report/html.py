@@ -113,7 +113,13 @@ def _summary(rep: Report) -> str:
             rows += [(f"{label} reward", _change(first.reward.mean, last.reward.mean)),
                      (f"{label} pass rate", _change(first.pass_rate, last.pass_rate)),
                      (f"{label} tool calls per rollout",
-                      _change(first.tool_calls.mean, last.tool_calls.mean, ".2f"))]
+                      _change(first.tool_calls.mean, last.tool_calls.mean, ".2f")),
+                     (f"{label} parallel-call turns",
+                      _change(first.tool_calls.parallel_turn_share,
+                              last.tool_calls.parallel_turn_share, ".2f")),
+                     (f"{label} critical-path tool latency (s)",
+                      _change(first.tool_calls.critical_path_mean_s,
+                              last.tool_calls.critical_path_mean_s, ".2f"))]
     else:
         rows.append(("eval reward", '<span class="na">not recorded: the run has no evaluation '
                                     "(no validation set)</span>"))
@@ -131,14 +137,16 @@ def _evals_table(rep: Report) -> str:
                         '<p class="na">not recorded: the run made no evaluation</p>')
     subs = sorted({n for s in rep.evals.values() for n in s.reward.sub_score_means})
     headers = ["eval", "rollouts", "reward", "± std", "pass rate", "pass@1", "calls mean", "calls p95",
-               "calls max", "parse errors", "parse error rate", "constrained calls", "sampled tokens",
-               "infra failed", *subs]
+               "calls max", "parallel turns", "tool rounds", "critical path s", "parse errors",
+               "parse error rate", "constrained calls", "sampled tokens", "infra failed", *subs]
     rows = []
     for step, s in rep.evals.items():
         t = s.tool_calls
         rows.append([escape(rep.eval_labels.get(step, str(step))), str(s.n_rollouts), _f(s.reward.mean),
                      _f(s.reward.std), _f(s.pass_rate), _f(s.pass_at_k.get(1)), _f(t.mean, ".2f"),
-                     _f(t.p95, ".1f"), str(t.max if t.max is not None else "n/a"), str(s.parse_errors_total),
+                     _f(t.p95, ".1f"), str(t.max if t.max is not None else "n/a"),
+                     _pct(t.parallel_turn_share), _f(t.rounds_mean, ".2f"),
+                     _f(t.critical_path_mean_s, ".2f"), str(s.parse_errors_total),
                      _pct(s.parse_error_rate), _pct(s.constrained_call_share),
                      _f(s.tokens.mean_sampled_tokens, ".0f"), str(s.n_infra_failed),
                      *[_f(s.reward.sub_score_means.get(n)) for n in subs]])

@@ -83,6 +83,9 @@ def _behaviour_table(s: EvalSummary) -> Table:
         ("tool calls", f"mean {_fmt(t.mean, '.2f')}  p50 {_fmt(t.p50, '.1f')}  "
                        f"p95 {_fmt(t.p95, '.1f')}  max {t.max if t.max is not None else 'n/a'}"),
         ("parallel turns", f"{share} of {t.n_tool_turns} tool-calling turns"),
+        ("tool rounds", f"mean {_fmt(t.rounds_mean, '.2f')} sequential rounds"),
+        ("critical path", f"mean {_fmt(t.critical_path_mean_s, '.2f')} s  "
+                          f"p95 {_fmt(t.critical_path_p95_s, '.2f')} s of tool latency"),
         ("parse errors", f"{s.parse_errors_total} total, "
                          f"{_fmt(s.parse_errors_per_rollout, '.2f')} per rollout, "
                          f"{percent(s.parse_error_rate)} of attempted calls"),

@@ -13,7 +13,10 @@ each length-prefixed request fork a fresh child that applies the per-call limits
 function on the request's args and writes the answer on a private pipe; the server waits (up to
 the time limit), kills the child and everything it started, wipes the scratch folders, and
 answers. The function therefore always starts from the server's pristine state: nothing one call
-does (globals, files in the scratch folders, background processes) is seen by the next.
+does (globals, files in the scratch folders, background processes, SysV shared memory, semaphores
+and message queues: the server removes every one in its own IPC namespace after each call, and
+stops when it cannot) is seen by the next. POSIX message queues cannot be listed to be removed, so
+the pool's sandbox denies them (``python_call.launcher_limits``).
 
 Answers are ``{"value": <JSON>}`` or ``{"error": "<reason>", "kind": "exception" | "timeout" |
 "killed" | "crashed" | "bad_value"}``. In both modes the protocol runs on private copies of the
@@ -32,7 +35,6 @@ import numbers
 import os
 import resource
 import select
-import shutil
 import signal
 import struct
 import sys
@@ -43,6 +45,21 @@ HEADER = struct.Struct(">I")
 MAX_ANSWER_BYTES = 8 << 20
 TRACEBACK_LINES = 12
 PR_SET_DUMPABLE = 4
+
+
+def _load_cleanup():  # noqa: ANN202 - a module
+    """``_grader_cleanup.py`` beside this file, loaded by path: ``sys.path`` is the user's."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_grader_cleanup.py")
+    spec = importlib.util.spec_from_file_location("_arft_grader_cleanup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_cleanup = _load_cleanup()
+kill_leftovers, wipe, remove_sysv_ipc = _cleanup.kill_leftovers, _cleanup.wipe, _cleanup.remove_sysv_ipc
 
 
 # -- framing ----------------------------------------------------------------------------------
@@ -237,69 +254,6 @@ def run_child(fn, args: list, limits: dict, answer_w: int, keep: tuple[int, ...]
     os._exit(code)
 
 
-def kill_leftovers(child: int, own_pidns: bool) -> int:
-    """Kill the child's process group (and, in our own pid namespace, every process but us and
-    init); reap the child. Its wait status."""
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(child, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            break
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            status = 0
-            break
-    if own_pidns:
-        # Processes that left the group (setsid) are still in our pid namespace: kill(-1)
-        # signals all of them except init and us. Repeat until none is left (a fork bomb may
-        # fork between two sweeps); init reaps them.
-        for _ in range(10_000):
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except ProcessLookupError:
-                break
-            time.sleep(0.001)
-    return status
-
-
-def wipe(folder: str, keep: str) -> None:
-    """Delete everything in ``folder`` except the path to ``keep``; chmod what the call locked."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    for entry in entries:
-        path = entry.path
-        if keep == path or keep.startswith(path + "/"):
-            if keep != path:
-                wipe(path, keep)
-            continue
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(path, onerror=_unlock_and_retry)
-            else:
-                os.unlink(path)
-        except OSError:
-            pass
-
-
-def _unlock_and_retry(func, path: str, _exc: object) -> None:  # noqa: ANN001
-    try:
-        os.chmod(os.path.dirname(path), 0o700)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, 0o700)
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            func(path)
-    except OSError:
-        pass
-
-
 def describe_death(status: int, why: str, limits: dict) -> dict:
     """The answer for a child that gave none."""
     if why == "timeout":
@@ -323,9 +277,13 @@ def describe_death(status: int, why: str, limits: dict) -> dict:
             "kind": "crashed"}
 
 
-def grade_once_forked(fn, args: list, limits: dict, proto: tuple[int, int], own_pidns: bool,  # noqa: ANN001
+def grade_once_forked(fn, args: list, hello: dict, proto: tuple[int, int],  # noqa: ANN001
                       scratch: str) -> bytes:
-    """Fork a child for one call and return the answer to send back."""
+    """Fork a child for one call, sweep away what it left, and return the answer to send back.
+
+    A sweep that fails ends this server without an answer (the pool then starts a fresh one, in
+    a new IPC namespace): nothing of this call may reach the next."""
+    limits = hello["limits"]
     answer_r, answer_w = os.pipe()
     for _ in range(40):  # EAGAIN: the sandbox uid's process limit is briefly full (see launcher)
         try:
@@ -342,9 +300,13 @@ def grade_once_forked(fn, args: list, limits: dict, proto: tuple[int, int], own_
         payload, why = read_answer(answer_r, time.monotonic() + limits["timeout_s"])
     finally:
         os.close(answer_r)
-        status = kill_leftovers(child, own_pidns)
+        status = kill_leftovers(child, bool(hello.get("own_pidns")))
         for folder in (scratch, "/tmp", "/dev/shm"):
             wipe(folder, scratch)
+        if hello.get("own_ipcns") and not remove_sysv_ipc():
+            os.write(2, b"arft grader worker: cannot remove the SysV IPC objects a call left; "
+                        b"stopping so that a fresh worker takes over\n")
+            os._exit(70)
     return payload if payload is not None else encode(describe_death(status, why, limits))
 
 
@@ -363,13 +325,14 @@ def serve() -> None:
     scratch = os.getcwd()
     gc.collect()
     gc.freeze()  # fewer copy-on-write faults in every child
+    if hello.get("own_ipcns"):
+        remove_sysv_ipc()  # what loading the module made: no call may see it either
     write_message(wfd, encode({"ready": True, "pid": os.getpid()}))
-    limits, own_pidns = hello["limits"], bool(hello.get("own_pidns"))
     while True:
         args = read_message(rfd)  # a request is the list of arguments
         if args is None:
             return
-        write_message(wfd, grade_once_forked(fn, args, limits, (rfd, wfd), own_pidns, scratch))
+        write_message(wfd, grade_once_forked(fn, args, hello, (rfd, wfd), scratch))
 
 
 def once() -> None:

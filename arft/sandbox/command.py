@@ -12,6 +12,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -60,6 +61,8 @@ def _launch_config(workspace: Path, limits: SandboxLimits, report_fd: int,
         "set_tmpdir": "TMPDIR" not in (env or {}),
         "hidden": [os.path.abspath(p) for p in hidden],
         "workspace_tmpfs_mb": limits.workspace_tmpfs_mb,
+        "workspace_seed": limits.workspace_tmpfs_copy, "seccomp": limits.syscall_filter,
+        "deny_mqueue": not limits.posix_mqueues,
     }
 
 
@@ -76,6 +79,15 @@ def kill_sandbox(pid: int) -> None:
             continue  # not a group leader yet (or gone): try the process itself
         except PermissionError:
             return
+
+
+def warn_if_degraded(isolation: Sequence[str]) -> None:
+    """A ``RuntimeWarning`` (shown once per reason) when the launcher ran without its syscall
+    filter: the run's ``isolation`` says so too, but nobody may be reading it."""
+    for layer in isolation:
+        if layer.startswith("seccomp_unavailable: "):
+            warnings.warn(f"arft sandbox: commands run without the seccomp syscall filter "
+                          f"({layer.split(': ', 1)[1]})", RuntimeWarning, stacklevel=3)
 
 
 def read_report(fd: int) -> dict[str, Any]:

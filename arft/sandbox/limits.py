@@ -31,10 +31,22 @@ class SandboxLimits:
     """Size of the private /tmp and /dev/shm."""
     required_isolation: tuple[str, ...] = ()
     """Layers that must be applied (e.g. ``("netns", "readonly_fs")``) or the command is not run."""
+    syscall_filter: bool = True
+    """Load the seccomp deny-list [seccomp] (``arft.sandbox.launcher.seccomp``): ptrace, mount,
+    bpf, keyctl, new namespaces and the like fail with EPERM. Turn it off only for trusted
+    commands that need one of them (gdb and strace use ptrace)."""
+    posix_mqueues: bool = True
+    """Allow POSIX message queues (``mq_open``). With the syscall filter, False makes
+    ``mq_open`` fail with EPERM (the warm pool's workers: see ``python_call.launcher_limits``)."""
     workspace_tmpfs_mb: int | None = None
     """When set, the workspace is a fresh private tmpfs of this size at the workspace's path
     instead of the host folder [workspace_tmpfs]: nothing written there reaches the host disk and
-    the total is bounded. The host folder is then only the mount point (it stays empty)."""
+    the total is bounded. The host folder is then only the mount point (left as it was)."""
+    workspace_tmpfs_copy: bool = False
+    """With ``workspace_tmpfs_mb``: the tmpfs starts as a copy of the host folder (links copied
+    as links) [workspace_copy] instead of empty; nothing is copied back. For commands that
+    read the workspace and may write anything, such as a test run: the host disk stays out of
+    reach. A workspace larger than the tmpfs is an ``error``."""
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "max_file_mb", "max_processes", "tmp_mb"):
@@ -45,3 +57,6 @@ class SandboxLimits:
         if self.workspace_tmpfs_mb is not None and self.workspace_tmpfs_mb <= 0:
             raise ValueError("SandboxLimits.workspace_tmpfs_mb must be > 0 (or None for the host "
                              f"folder), got {self.workspace_tmpfs_mb}")
+        if self.workspace_tmpfs_copy and self.workspace_tmpfs_mb is None:
+            raise ValueError("SandboxLimits.workspace_tmpfs_copy needs workspace_tmpfs_mb (the "
+                             "size of the tmpfs to copy the workspace into)")

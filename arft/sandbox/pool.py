@@ -7,9 +7,11 @@ source compiled, its module run and its imports done. Each call is sent to an id
 forks a fresh child for it: the child applies the per-call limits (address space = what the
 zygote maps + ``memory_mb``, CPU seconds), calls the function and writes the answer; then the
 zygote kills the child and everything it started (with a pid namespace: every process but
-itself and the sandbox's init) and empties the scratch folders. Isolation therefore holds per
-call: no global, file or process of one call is seen by the next. A zygote that dies is
-restarted on the next call; the call it was serving gets an error result.
+itself and the sandbox's init), empties the scratch folders and removes every SysV shared memory
+segment, semaphore set and message queue of its IPC namespace (POSIX message queues, which
+cannot be listed there, are denied to zygotes by the syscall filter). Isolation therefore holds
+per call: no global, file, process or IPC object of one call is seen by the next. A zygote that
+dies is restarted on the next call; the call it was serving gets an error result.
 
 ``run_fresh`` is the simple mode: one new sandboxed interpreter per call (the benchmark
 baseline, and the fallback when a zygote cannot be started for reasons other than the user's
@@ -22,10 +24,11 @@ private /tmp and /dev/shm (tmpfs of ``disk_mb`` each), files capped at ``disk_mb
 top-level folder outside the system ones (``/usr``, ``/etc``, ``/lib``...) hidden behind an
 empty tmpfs, except the interpreter, its site-packages and the ``arft`` package, which are
 visible read-only: the run directory, the repository, home folders, /var, /run (and their Unix
-sockets) and the host's /tmp cannot be read. Not stopped: reading system files (/etc, /usr)
-and the installed libraries; SysV IPC objects a call leaves in the zygote's IPC namespace are
-not removed between calls; kernel exploits (no seccomp, no VM). Without a pid namespace (a host
-that forbids it) a process a call starts with ``setsid`` survives until the zygote is stopped.
+sockets) and the host's /tmp cannot be read; the seccomp filter denies ptrace, mount, bpf,
+keyctl, new namespaces and the like. Not stopped: reading system files (/etc, /usr) and the
+installed libraries; kernel exploits through the syscalls still allowed (no VM). Without a pid
+namespace (a host that forbids it) a process a call starts with ``setsid`` survives until the
+zygote is stopped; without an IPC namespace SysV objects are not swept (they are the host's).
 
 Zygotes exit when the pool is closed, when the event loop they were started in ends, and when
 the trainer dies (their request pipe closes); call ``aclose()`` when done to free them at once.
@@ -60,7 +63,7 @@ async def run_fresh(fn: SandboxedFunction, *args: Any, scratch_root: Path | None
         return encoded
     env = env or current_environment()
     ws = Path(tempfile.mkdtemp(prefix="arft-call-", dir=scratch_root))
-    stdin = json.dumps({"hello": hello_message(fn, env, False, ()), "args": json.loads(encoded)})
+    stdin = json.dumps({"hello": hello_message(fn, env, (), ()), "args": json.loads(encoded)})
     try:
         result = await run_sandboxed(
             [env.executable, "-I", "-S", "-B", str(WORKER), "once"], ws,

@@ -9,7 +9,7 @@ import ast
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from arft.sandbox.limits import SandboxLimits
 from arft.sandbox.python_env import PythonEnvironment
@@ -81,25 +81,31 @@ def imported_modules(source: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def hello_message(fn: SandboxedFunction, env: PythonEnvironment, own_pidns: bool,
+def hello_message(fn: SandboxedFunction, env: PythonEnvironment, isolation: Sequence[str],
                   preload: tuple[str, ...]) -> dict[str, Any]:
-    """The worker's set-up message: the source, where to import from, what to pre-import."""
+    """The worker's set-up message: the source, where to import from, what to pre-import, and
+    which of the sandbox's namespaces are its own (``isolation``: the launcher's report) so it
+    may sweep them clean after every call."""
     return {"source": fn.source, "filename": fn.filename, "function": fn.function,
-            "sys_path": list(env.sys_path), "preload": list(preload), "own_pidns": own_pidns,
+            "sys_path": list(env.sys_path), "preload": list(preload),
+            "own_pidns": "pidns" in isolation and "private_proc" in isolation,
+            "own_ipcns": "ipcns" in isolation,
             "limits": {"timeout_s": fn.limits.timeout_s,
                        "memory_bytes": fn.limits.memory_mb << 20}}
 
 
 def launcher_limits(limits: CallLimits, *, zygote: bool) -> SandboxLimits:
     """The launcher's limits: per call for a fresh process; for a zygote, caps its children
-    cannot exceed (each child lowers them for its own call)."""
+    cannot exceed (each child lowers them for its own call), and no POSIX message queues: the
+    zygote's IPC namespace outlives a call, and queues (unlike SysV objects, which the worker
+    removes after every call) cannot be listed there to be removed."""
     return SandboxLimits(
         timeout_s=limits.timeout_s,
         memory_mb=limits.memory_mb + (_ZYGOTE_HEADROOM_MB if zygote else 0),
         cpu_s=10 ** 8 if zygote else limits.timeout_s,
         max_output_chars=_MAX_ANSWER_CHARS, max_file_mb=limits.disk_mb,
         max_processes=limits.max_processes, tmp_mb=limits.disk_mb,
-        workspace_tmpfs_mb=limits.disk_mb)
+        workspace_tmpfs_mb=limits.disk_mb, posix_mqueues=not zygote)
 
 
 def parse_answer(payload: bytes | str) -> CallResult:

@@ -4,6 +4,10 @@ Shell tools run in the rollout's workspace and graders may inspect it afterwards
 rollout gets its own copy; nothing one rollout writes is seen by another. The workspace root is
 created mode 0711 (enter, but not list) so a sandboxed command cannot discover the names of
 sibling workspaces.
+
+Beside each workspace, in the root (which the sandbox cannot write), ``create_workspace`` notes
+which template it was copied from; ``template_of`` reads it back, so a grader can tell the task's
+pristine files from what the agent wrote (``tests_pass`` restores the pristine test config).
 """
 
 from __future__ import annotations
@@ -47,15 +51,32 @@ def create_workspace(root: Path, template: Path | None, trace_id: str) -> Path:
     else:
         # symlinks=True: a link in the template stays a link, never a copy of what it points at.
         shutil.copytree(template, path, symlinks=True)
+        _template_note(path).write_text(str(Path(template).resolve()), encoding="utf-8")
     return path
+
+
+def _template_note(workspace: Path) -> Path:
+    return workspace.parent / f".{workspace.name}.template"
+
+
+def template_of(workspace: Path) -> Path | None:
+    """The template folder ``workspace`` was copied from by ``create_workspace``; None for an
+    empty workspace, a folder made otherwise, or a template that is gone."""
+    try:
+        noted = Path(_template_note(Path(workspace)).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+    return noted if noted.is_dir() else None
 
 
 def remove_workspace(path: Path) -> None:
     """Delete a workspace and everything in it; a missing one is fine.
 
     Works even when a sandboxed command left directories without write or search permission.
+    The note of its template (see ``template_of``) goes with it.
     """
     path = Path(path)
+    _template_note(path).unlink(missing_ok=True)
     if path.is_symlink():
         path.unlink()
         return

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from arft.sandbox.command import kill_sandbox, sandbox_command
+from arft.sandbox.command import kill_sandbox, sandbox_command, warn_if_degraded
 from arft.sandbox.python_call import (STDERR_TAIL_CHARS, WORKER, CallResult, SandboxedFunction,
                                       hello_message, launcher_limits, parse_answer)
 from arft.sandbox.python_env import PythonEnvironment
@@ -103,8 +103,9 @@ class Zygote:
                 "infra", error="the sandbox could not start the worker: "
                                f"{report.get('error', 'no report')}"))
         self.isolation = tuple(report["isolation"])
-        own_pidns = "pidns" in self.isolation and "private_proc" in self.isolation
-        await self._send(json.dumps(hello_message(self.fn, self.env, own_pidns, self.preload)))
+        warn_if_degraded(self.isolation)
+        await self._send(json.dumps(hello_message(self.fn, self.env, self.isolation,
+                                                  self.preload)))
         return json.loads(await asyncio.wait_for(self._receive(), timeout))
 
     async def call(self, payload: bytes) -> CallResult:

@@ -13,6 +13,8 @@ Each call POSTs ``{"type": "function_call", "id", "call_id", "name", "arguments"
   stream and abandoned at the limit).
 
 The retry loop is ``arft.http.retrying_post``; the call's trace_id also travels in its header.
+``${ENV_VAR}`` references in ``headers`` and ``signing_secret`` are resolved when the tool is
+built (``arft.secrets``); with a ``signing_secret`` every request is signed (``arft.signing``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from arft.config import EndpointToolSpec
 from arft.http import (BadAnswer, Exhausted, Rejected, TooLarge, is_http_url, json_client,
                        retrying_post)
+from arft.secrets import resolve, resolve_map
 from arft.tools.base import ToolContext, ToolOutcome, function_tool_schema
 
 MAX_BYTES = 1 << 20
@@ -39,14 +42,18 @@ class EndpointTool:
     def __init__(self, spec: EndpointToolSpec, backoff_s: float = 0.2) -> None:
         """``backoff_s`` is the wait before the first retry; each later retry waits twice as long.
 
-        Raises ValueError when ``spec.server_url`` is not an http(s) URL.
+        Raises ValueError when ``spec.server_url`` is not an http(s) URL, and ``SecretError``
+        (a ValueError) when a ``${ENV_VAR}`` its headers or signing secret name is unset.
         """
         if not is_http_url(spec.server_url):
             raise ValueError(f"endpoint tool '{spec.name}': server_url {spec.server_url!r} is not "
                              "an http(s) URL; write it like https://host:port/path")
+        where = f"endpoint tool '{spec.name}'"
         self._spec = spec
         self._backoff_s = backoff_s
-        self._http = json_client(spec.timeout_s, spec.headers)
+        self._signing_secret = (resolve(spec.signing_secret, f"{where}: signing_secret")
+                                if spec.signing_secret else None)
+        self._http = json_client(spec.timeout_s, resolve_map(spec.headers, f"{where}: headers"))
 
     @property
     def name(self) -> str:
@@ -78,7 +85,7 @@ class EndpointTool:
                 self._http.get(), url, body, what=f"endpoint {url}",
                 parse=partial(_output, ctx.call_id), attempts=1 + max(0, self._spec.max_retries),
                 timeout_s=self._spec.timeout_s, backoff_s=self._backoff_s, trace_id=ctx.trace_id,
-                max_bytes=MAX_BYTES)
+                max_bytes=MAX_BYTES, signing_secret=self._signing_secret)
         except Rejected as e:
             text = e.body.decode(errors="replace")
             shown = text if len(text) <= ERROR_BODY_CHARS else text[:ERROR_BODY_CHARS] + "..."

@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from arft.config import McpToolSpec
+from arft.secrets import resolve_map
 from arft.tools.base import ToolContext, ToolOutcome
 
 _NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
@@ -40,7 +41,10 @@ class McpServer:
     """
 
     def __init__(self, spec: McpToolSpec) -> None:
+        """Raises ``SecretError`` when a ``${ENV_VAR}`` that ``spec.env`` names is unset."""
         self.spec = spec
+        self.env = resolve_map(spec.env, f"MCP server `{' '.join(spec.command)}`: env")
+        """``spec.env`` with its ``${ENV_VAR}`` references resolved."""
         self.tools: list[McpTool] = []
         self._client: Any = None
         self._stop = asyncio.Event()
@@ -72,7 +76,7 @@ class McpServer:
         from mcp import Client, StdioServerParameters
 
         params = StdioServerParameters(command=self.spec.command[0], args=self.spec.command[1:],
-                                       env=dict(self.spec.env))
+                                       env=dict(self.env))
         try:
             async with Client(params, read_timeout_seconds=self.spec.timeout_s) as client:
                 listing = await _list_tools(client)

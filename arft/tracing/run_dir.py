@@ -15,6 +15,8 @@ A run directory (``arft train`` / ``arft eval`` / ``arft doctor`` output) holds:
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,42 @@ from arft.tracing.store import RunStore, StoreError
 
 class NotARunDirError(StoreError):
     """The folder has no run store: it is not (yet) an arft run directory."""
+
+
+_CHECKPOINT = re.compile(r"step-(\d{6,})")
+"""A complete checkpoint's folder name; one being written is ``.tmp-step-NNNNNN`` until renamed."""
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step of a checkpoint folder named ``step-NNNNNN``; None for any other name."""
+    m = _CHECKPOINT.fullmatch(path.name)
+    return int(m.group(1)) if m else None
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of folder ``path`` (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Replace ``path``'s content with ``text`` atomically: a temporary file beside it, fsync,
+    rename over it, fsync the folder. A kill or a full disk at any moment leaves the old content
+    or the new one, never a mix (the temporary file is removed when the write fails)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
 
 
 @dataclass(frozen=True)
@@ -94,13 +132,26 @@ class RunDir:
     def report(self) -> Path:
         return self.path / "report.html"
 
+    def complete_checkpoints(self) -> list[Path]:
+        """Every complete checkpoint folder (``step-NNNNNN`` holding its ``state.json``, which is
+        written last), oldest first. Folders still being written are named ``.tmp-step-NNNNNN``."""
+        if not self.checkpoints.is_dir():
+            return []
+        found = [p for p in self.checkpoints.iterdir()
+                 if checkpoint_step(p) is not None and (p / "state.json").is_file()]
+        return sorted(found, key=lambda p: checkpoint_step(p) or 0)
+
     def latest_checkpoint(self) -> Path | None:
-        """The newest complete checkpoint folder (``checkpoints/latest`` points at it), if any."""
+        """The checkpoint to resume from: the one ``checkpoints/latest`` names when it is complete;
+        else (the pointer missing, or naming a folder that is gone or incomplete) the newest
+        complete one; None when there is none. A half-written checkpoint is never picked."""
         pointer = self.checkpoints / "latest"
-        if not pointer.exists():
-            return None
-        path = self.checkpoints / pointer.read_text().strip()
-        return path if (path / "state.json").exists() else None
+        if pointer.is_file():
+            path = self.checkpoints / pointer.read_text().strip()
+            if checkpoint_step(path) is not None and (path / "state.json").is_file():
+                return path
+        done = self.complete_checkpoints()
+        return done[-1] if done else None
 
     def open_store(self) -> RunStore:
         """The store of an existing run; ``NotARunDirError`` (saying what to pass) when there is

@@ -17,8 +17,9 @@ import json
 import math
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from arft.records import Rollout
+from arft.secrets import redact
 
 STORE_FORMAT = "arft-run-store"
 SCHEMA_VERSION = 2
@@ -110,6 +112,21 @@ class NotAStoreError(StoreError):
 
 class DuplicateTraceIdError(StoreError, ValueError):
     """A rollout with this trace_id is already stored."""
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """What ``RunStore.discard_after`` removed, table by table."""
+
+    rollouts: int = 0
+    tool_calls: int = 0
+    grades: int = 0
+    metrics: int = 0
+    runs: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.rollouts + self.tool_calls + self.grades + self.metrics + self.runs
 
 
 def _now() -> str:
@@ -228,9 +245,12 @@ class RunStore:
     # -- runs ------------------------------------------------------------------------------
 
     def create_run(self, run_id: str, kind: str, job: dict[str, Any]) -> None:
-        """Record a new run (``kind``: "eval", "train", ...) and its job spec; status "running"."""
+        """Record a new run (``kind``: "eval", "train", ...) and its job spec; status "running".
+
+        The job is stored redacted (``arft.secrets.redact``): header values and secret-looking
+        fields only as ``${ENV_VAR}`` references, any literal as ``***``."""
         try:
-            job_json = json.dumps(job, sort_keys=True)
+            job_json = json.dumps(redact(job), sort_keys=True)
         except (TypeError, ValueError) as exc:
             raise StoreError(f"the job of run {run_id!r} is not JSON-serialisable ({exc}); pass "
                              "a plain dict, e.g. job_spec.model_dump(mode='json')") from exc
@@ -346,3 +366,32 @@ class RunStore:
                            "WHERE run_id = ? ORDER BY step, id", (run_id,))
         return [{**dict(r), "value": math.nan if r["value"] is None else r["value"]}
                 for r in rows]
+
+    # -- resume ----------------------------------------------------------------------------
+
+    def discard_after(self, run_id: str, step: int, runs: Sequence[str] = ()) -> Discarded:
+        """Forget what ``run_id`` recorded after ``step`` and the whole of each run in ``runs``.
+
+        Removes ``run_id``'s rollouts whose step is larger than ``step`` and its metric rows
+        likewise, every rollout and metric row of ``runs`` and those runs themselves, with the
+        tool calls and grades of every removed rollout; ``run_id`` is marked running again. One
+        transaction: a kill during it leaves the store as it was. A training run resumed from its
+        step-``step`` checkpoint calls this first, so the steps it re-runs are stored once rather
+        than beside what the interrupted process recorded of them.
+        """
+        if run_id in runs:
+            raise ValueError(f"discard_after: {run_id!r} is the run being resumed; it cannot also be "
+                             "one of the runs to remove")
+        marks = ", ".join("?" * len(runs))
+        where = f"(run_id = ? AND step > ?) OR run_id IN ({marks})"
+        params = (run_id, step, *runs)
+        traces = f"trace_id IN (SELECT trace_id FROM rollouts WHERE {where})"
+        with self._transaction() as cur:
+            tool_calls = cur.execute(f"DELETE FROM tool_calls WHERE {traces}", params).rowcount
+            grades = cur.execute(f"DELETE FROM grades WHERE {traces}", params).rowcount
+            rollouts = cur.execute(f"DELETE FROM rollouts WHERE {where}", params).rowcount
+            metrics = cur.execute(f"DELETE FROM metrics WHERE {where}", params).rowcount
+            removed = cur.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", tuple(runs)).rowcount
+            cur.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?",
+                        (run_id,))
+        return Discarded(rollouts, tool_calls, grades, metrics, removed)

@@ -3,8 +3,13 @@
 ``RUN_DIR/checkpoints/step-000005/`` holds the trainable weights (``trainable.safetensors``:
 the LoRA adapter, or the whole model), the optimizer and scheduler (``learner.pt``), the RNG
 states and the data cursor (``state.json`` + ``rng.pt``). ``RUN_DIR/checkpoints/latest`` names
-the newest complete one; it is replaced only after the checkpoint is fully written, so a
-``kill -9`` at any moment leaves the previous checkpoint usable.
+the newest complete one.
+
+A checkpoint is written into ``.tmp-step-000005/``, every file fsynced, then renamed to
+``step-000005/`` (and the folder fsynced) and only then made ``latest`` (``write_durably``). A
+``kill -9`` or a full disk at any moment therefore leaves the previous checkpoint loadable and
+never lets ``RunDir.latest_checkpoint()`` pick a half-written one; a failed write removes its
+temporary folder and raises ``CheckpointError``.
 """
 
 from __future__ import annotations
@@ -13,11 +18,16 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from arft.tracing.run_dir import RunDir
+from arft.tracing.run_dir import RunDir, checkpoint_step, fsync_dir, write_durably
+
+
+class CheckpointError(OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous one is intact."""
 
 
 @dataclass
@@ -45,27 +55,74 @@ def steps_per_epoch(n_tasks: int, batch_size: int) -> int:
     return max(n_tasks // max(batch_size, 1), 1)
 
 
-def save_checkpoint(run_dir: Path, cursor: Cursor, learner: Any, extra: dict[str, Any]) -> Path:
-    """Write checkpoint ``cursor.step`` and point ``latest`` at it."""
+def save_checkpoint(run_dir: Path, cursor: Cursor, learner: Any, extra: dict[str, Any],
+                    on_file: Callable[[str], None] = lambda name: None) -> Path:
+    """Write checkpoint ``cursor.step`` atomically and point ``latest`` at it.
+
+    ``on_file(name)`` is called after each file is durably written into the temporary folder and
+    once more (``"renamed"``) after the rename, before ``latest`` moves: the moments a
+    fault-injection test kills the process. Raises ``CheckpointError`` (an ``OSError`` with the
+    original errno) when the disk is full or the folder not writable; the previous checkpoint
+    stays the latest and loadable.
+    """
+    rd = RunDir(run_dir)
+    final = rd.checkpoints / f"step-{cursor.step:06d}"
+    tmp = rd.checkpoints / f".tmp-{final.name}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)  # the remains of a write that was killed
+        tmp.mkdir(parents=True)
+        for name, write in _writers(cursor, learner, extra):
+            write(tmp / name)
+            _fsync(tmp / name)
+            on_file(name)
+        fsync_dir(tmp)
+        if final.exists():  # written by an interrupted run but never made latest
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        fsync_dir(rd.checkpoints)
+        on_file("renamed")
+        write_durably(rd.checkpoints / "latest", final.name)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = rd.latest_checkpoint()
+        kept = f"the previous checkpoint {previous.name} is intact" if previous else "no earlier checkpoint exists"
+        message = (f"checkpoint {final.name} could not be written in {rd.checkpoints} ({exc.strerror or exc}); "
+                   f"{kept}: free disk space (or fix the folder's permissions) and continue with "
+                   f"`arft train --resume {rd.path}`")
+        raise (CheckpointError(exc.errno, message) if exc.errno else CheckpointError(message)) from exc
+    return final
+
+
+def _writers(cursor: Cursor, learner: Any, extra: dict[str, Any]
+             ) -> list[tuple[str, Callable[[Path], None]]]:
+    """The checkpoint's files and how to write each; ``state.json`` last (it marks completeness)."""
     import torch
     from safetensors.torch import save_file
 
-    root = RunDir(run_dir).checkpoints
-    final = root / f"step-{cursor.step:06d}"
-    tmp = root / f".tmp-step-{cursor.step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     state = {k: v.contiguous() for k, v in learner.trainable_state().items()}
-    save_file(state, str(tmp / "trainable.safetensors"))
-    torch.save(learner.state_dict(), tmp / "learner.pt")
-    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-    (tmp / "state.json").write_text(json.dumps({"cursor": asdict(cursor), **extra}, indent=2))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    pointer = root / ".latest.tmp"
-    pointer.write_text(final.name)
-    os.replace(pointer, root / "latest")  # atomic switch to the new checkpoint
-    return final
+    rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    return [("trainable.safetensors", lambda p: save_file(state, str(p))),
+            ("learner.pt", lambda p: torch.save(learner.state_dict(), p)),
+            ("rng.pt", lambda p: torch.save(rng, p)),
+            ("state.json", lambda p: p.write_text(json.dumps({"cursor": asdict(cursor), **extra}, indent=2)))]
+
+
+def _fsync(path: Path) -> None:
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
+
+
+def discard_checkpoints_after(run_dir: Path, step: int) -> list[Path]:
+    """Remove the checkpoint folders of steps after ``step`` (an interrupted run wrote them but
+    never made them latest) and every half-written ``.tmp-*`` folder; returns what was removed."""
+    root = RunDir(run_dir).checkpoints
+    if not root.is_dir():
+        return []
+    gone = [p for p in root.iterdir() if p.is_dir() and (
+        p.name.startswith(".tmp-") or (checkpoint_step(p) or 0) > step)]
+    for p in gone:
+        shutil.rmtree(p)
+    return sorted(gone)
 
 
 def load_checkpoint(path: Path, learner: Any) -> tuple[Cursor, dict[str, Any]]:

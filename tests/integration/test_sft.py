@@ -106,6 +106,14 @@ async def test_sft_from_conversations_learns_and_resumes_exactly(tmp_path: Path,
               tokenizer=tokenizer, **KW)
     for k, v in adapter(tmp_path / "a").items():
         assert torch.equal(v, adapter(b)[k]), k
+    # What the first process recorded after step 3 is re-recorded once, not kept beside it.
+    def nll_steps(run: Path) -> list[int]:
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return sorted(r["step"] for r in rows if "sft/nll" in r)
+    assert nll_steps(b) == nll_steps(tmp_path / "a") == [1, 2, 3, 4, 5, 6]
+    with RunDir(b).open_store() as store:
+        assert {r["run_id"] for r in store.runs()} == set(kinds)
+        assert len(store.rollouts("sft:eval-000006")) == len(store.rollouts("sft:eval-000000"))
 
 
 async def test_init_from_starts_training_from_the_warm_start(tmp_path: Path, tokenizer: Any) -> None:

@@ -33,7 +33,7 @@ def build(spec: dict[str, Any], base_dir: Path) -> Grader:
     """The built-in grader named by ``spec["name"]``."""
     table = designs()
     name = spec.get("name")
-    if name not in table:
+    if not isinstance(name, str) or name not in table:
         raise GraderError(f"builtin grader: name {name!r} is not a built-in design; use one of: "
                           f"{', '.join(sorted(table))}")
     module_name, func_name = table[name].split(":")

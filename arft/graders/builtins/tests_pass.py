@@ -8,9 +8,14 @@ Job spec::
 For each grade: the rollout's workspace (``sample["workspace"]``, kept by the job's
 ``rollout.workspace``) is copied into a fresh scratch directory — the workspace itself is only
 read — then ``tests`` are written into the copy, **replacing** any file of the same name (so an
-agent that edited the tests gains nothing), and ``command`` runs there with ``bash -c`` under
-``arft.sandbox.run_sandboxed``: no network, ``timeout_s`` wall clock, ``memory_mb`` address
-space. The scratch copy is deleted afterwards.
+agent that edited the tests gains nothing), the agent's own test setup is neutralized
+(``tests_guard``: its ``conftest.py``, pytest config sections, ``sitecustomize``/``.pth``
+start-up hooks, pytest plugins and shadows, and the extra test modules it added are removed or
+restored from the task's template, each reported as a ``hack:<kind>`` flag), and ``command`` runs
+there with ``bash -c`` under ``arft.sandbox.run_sandboxed``: no network, no user site-packages,
+``timeout_s`` wall clock, ``memory_mb`` address space, and the copy itself loaded into a private
+1 GiB tmpfs (what the tests write never reaches the host disk; a bigger workspace is an error).
+The scratch copy is deleted afterwards.
 
 * ``tests`` (optional): a ``{relative path: file content}`` mapping, or a directory (or one
   file) relative to the job file's folder whose files are copied in; either literal or a
@@ -27,6 +32,9 @@ Legitimate zeros (the code's doing), each with a flag and no ``error``: ``tests:
 ``tests:no_summary`` (pytest ended without a summary, e.g. the code called ``os._exit``),
 ``tests:inconsistent_summary`` (the summary and the exit status disagree, e.g. the code printed a
 fake summary or patched pytest's exit status), ``tests:killed`` (a signal, e.g. the CPU limit).
+Neutralized tampering adds ``hack:pytest_conftest``, ``hack:pytest_config``, ``hack:startup_hook``,
+``hack:pytest_plugin``, ``hack:shadows_pytest`` or ``hack:tests_modified`` to whatever the real
+tests scored (a judge or ``multi`` formula may zero on them).
 Error Scores (the job's or the host's doing): no workspace, tests that cannot be found or
 written, a command that is not found (exit 126/127) or a pytest that is missing, no tests
 collected, a sandbox that cannot start. ``sub_scores``: ``passed``, ``failed``, ``errors``
@@ -49,16 +57,20 @@ from typing import Any
 
 from arft.config.builtin_graders import TestsPassSpec
 from arft.graders.base import GraderError, validate_spec
+from arft.graders.builtins.tests_guard import Tampering, neutralize, safe_write
 from arft.graders.templates import PLACEHOLDER, TemplateError, render_template, resolve
 from arft.records import Score
 from arft.sandbox import SandboxError, SandboxLimits, SandboxResult, remove_workspace, run_sandboxed
 from arft.sandbox.command import DEFAULT_PATH
+from arft.sandbox.workspace import template_of
+from arft.secrets import SecretError, resolve_map
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SUMMARY = re.compile(r"^=*\s*(?P<body>(?:\d+ [a-z]+)(?:, \d+ [a-z]+)*|no tests ran)"
                       r" in [\d.]+s(?: \([\d:.]+\))?\s*=*\s*$")
 _PLURALS = {"error": "errors", "warning": "warnings", "rerun": "reruns"}
 _TAIL_CHARS = 600
+_TMPFS_MB = 1024  # the copy runs in a private tmpfs of this size: tests cannot fill the disk
 
 
 class _Problem(Exception):
@@ -130,37 +142,22 @@ def _copy_workspace(workspace: Path, dest: Path) -> None:
     shutil.copytree(workspace, dest, symlinks=True, ignore=special)
 
 
-def _safe_write(root: Path, rel: PurePosixPath, data: bytes) -> None:
-    """Write ``root/rel`` never following a link the agent planted (we may be root)."""
-    here = root
-    for part in rel.parts[:-1]:
-        here = here / part
-        if here.is_symlink() or (os.path.lexists(here) and not here.is_dir()):
-            here.unlink()
-        here.mkdir(exist_ok=True)
-    target = here / rel.parts[-1]
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
-    elif os.path.lexists(target):
-        target.unlink()
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-
-
-def _prepare(workspace: Path, files: dict[PurePosixPath, bytes]) -> tuple[Path, Path]:
-    """A scratch root holding a copy of ``workspace`` with ``files`` written in."""
+def _prepare(workspace: Path, files: dict[PurePosixPath, bytes]) -> tuple[Path, Path,
+                                                                         list[Tampering]]:
+    """A scratch root holding a copy of ``workspace`` with ``files`` written in and the agent's
+    own test setup neutralized (``tests_guard``): the root, the copy, what was neutralized."""
     root = Path(tempfile.mkdtemp(prefix="arft-tests-"))
     root.chmod(0o711)
     copy = root / "workspace"
     try:
         _copy_workspace(workspace, copy)
         for rel, data in files.items():
-            _safe_write(copy, rel, data)
+            safe_write(copy, rel, data)
+        tampering = neutralize(copy, template_of(workspace), frozenset(files))
     except (OSError, shutil.Error) as e:
         remove_workspace(root)
         raise _Problem(f"could not prepare the copy of the workspace: {e}") from None
-    return root, copy
+    return root, copy, tampering
 
 
 def interpreter_access() -> tuple[str, list[Path]]:
@@ -226,6 +223,8 @@ class TestsPassGrader:
         self.spec = spec
         self.name = spec.name
         self.base_dir = Path(base_dir)
+        self.env = resolve_map(spec.env, f"grader {spec.name!r} (tests_pass): env")
+        """``spec.env`` with its ``${ENV_VAR}`` references resolved."""
         self.use_pytest = spec.parser == "pytest" or (
             spec.parser == "auto" and re.search(r"\bpytest\b", spec.command) is not None)
 
@@ -241,14 +240,17 @@ class TestsPassGrader:
     async def _run(self, copy: Path) -> SandboxResult:
         path, readable = interpreter_access()
         limits = SandboxLimits(timeout_s=self.spec.timeout_s, memory_mb=self.spec.memory_mb,
-                               max_output_chars=20_000)
+                               max_output_chars=20_000, workspace_tmpfs_mb=_TMPFS_MB,
+                               workspace_tmpfs_copy=True)
         shell = shutil.which("bash") or "/bin/sh"
-        return await run_sandboxed([shell, "-c", self.spec.command], copy, limits,
-                                   env={"PATH": path, **self.spec.env}, merge_stderr=True,
-                                   readable=readable)
+        # No user site: with HOME = the workspace, its .local/lib/.../site-packages (and any
+        # .pth or usercustomize there) would run at interpreter start.
+        env = {"PATH": path, "PYTHONNOUSERSITE": "1", **self.env}
+        return await run_sandboxed([shell, "-c", self.spec.command], copy, limits, env=env,
+                                   merge_stderr=True, readable=readable)
 
-    def _error(self, reason: str) -> Score:
-        return Score(score=0.0, error=f"{self.name}: {reason}", grader=self.name)
+    def _error(self, reason: str, flags: tuple[str, ...] = ()) -> Score:
+        return Score(score=0.0, error=f"{self.name}: {reason}", flags=flags, grader=self.name)
 
     async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
         workspace = sample.get("workspace")
@@ -260,28 +262,32 @@ class TestsPassGrader:
             return self._error(f"the rollout's workspace {workspace} no longer exists")
         try:
             files = self._tests(sample, item)
-            root, copy = await asyncio.to_thread(_prepare, Path(workspace), files)
+            root, copy, tampering = await asyncio.to_thread(_prepare, Path(workspace), files)
         except (TemplateError, _Problem) as e:
             return self._error(str(e))
+        hacks = tuple(dict.fromkeys(t.flag for t in tampering))
         try:
             result = await self._run(copy)
         except SandboxError as e:
-            return self._error(f"the sandbox could not start: {e}")
+            return self._error(f"the sandbox could not start: {e}", hacks)
         finally:
             await asyncio.to_thread(remove_workspace, root)
-        return self._score(result)
+        return self._score(result, hacks)
 
-    def _score(self, result: SandboxResult) -> Score:
+    def _score(self, result: SandboxResult, hacks: tuple[str, ...] = ()) -> Score:
+        """The Score of a run; ``hacks``: the flags of what ``tests_guard`` neutralized."""
         if result.timed_out:
-            return Score(score=0.0, passed=False, flags=("tests:timeout",), grader=self.name)
+            return Score(score=0.0, passed=False, flags=("tests:timeout", *hacks),
+                         grader=self.name)
         try:
             if self.use_pytest:
                 score, subs, flags, ok = _score_pytest(result, self.spec.mode)
             else:
                 score, subs, flags, ok = _score_exit(result)
         except _Problem as e:
-            return self._error(str(e))
-        return Score(score=score, sub_scores=subs, passed=ok, flags=flags, grader=self.name)
+            return self._error(str(e), hacks)
+        return Score(score=score, sub_scores=subs, passed=ok, flags=(*flags, *hacks),
+                     grader=self.name)
 
 
 def build(spec: dict[str, Any], base_dir: Path) -> TestsPassGrader:
@@ -295,4 +301,7 @@ def build(spec: dict[str, Any], base_dir: Path) -> TestsPassGrader:
             _test_files(tests, Path(base_dir))
     except (_Problem, OSError) as e:
         raise GraderError(f"grader 'tests_pass' (builtin): field 'tests': {e}") from None
-    return TestsPassGrader(parsed, Path(base_dir))
+    try:
+        return TestsPassGrader(parsed, Path(base_dir))
+    except SecretError as e:
+        raise GraderError(str(e)) from None

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from arft.budget import BudgetKind, CallCount, budget_penalty, count_calls
+from arft.budget import BudgetKind, CallCount, CallUse, budget_penalty, count_calls, usage
 from arft.config.builtin_graders import ToolBudgetSpec, VerificationSpec
 from arft.graders.base import validate_spec
 from arft.records import Score
@@ -288,10 +288,16 @@ def count_tool_calls(tool_calls: Sequence[dict[str, Any]], count: CallCount = "e
     return count_calls((c.get("status", "ok") for c in tool_calls), count)
 
 
-def budget_score(n_calls: int, budget: int, penalty: float = 0.1, kind: BudgetKind = "linear") -> float:
+def budget_score(used: float, budget: float, penalty: float = 0.1, kind: BudgetKind = "linear") -> float:
     """1.0 within ``budget``; over it 1 − the trainer's budget penalty (``arft.budget``):
-    penalty × calls over (linear) or penalty once (step). Never below 0."""
-    return max(0.0, 1.0 - budget_penalty(n_calls, budget, penalty, kind))
+    penalty × units over (linear) or penalty once (step). Never below 0."""
+    return max(0.0, 1.0 - budget_penalty(used, budget, penalty, kind))
+
+
+def budget_calls(tool_calls: Sequence[dict[str, Any]]) -> list[CallUse]:
+    """A JSON trajectory's tool-call records as the budget sees them (``arft.budget.usage``)."""
+    return [CallUse(str(c.get("name", "")), str(c.get("status", "ok")), int(c.get("turn", i)),
+                    float(c.get("latency_s", 0.0))) for i, c in enumerate(tool_calls)]
 
 
 class ToolBudgetGrader:
@@ -305,11 +311,16 @@ class ToolBudgetGrader:
         calls = _tool_calls(sample)
         if calls is None:
             return Score(score=0.0, error=f"{self.name}: {_NO_TRAJECTORY}", grader=self.name)
-        n = count_tool_calls(calls, self.spec.count)
-        over = n > self.spec.budget
-        return Score(score=budget_score(n, self.spec.budget, self.spec.penalty, self.spec.kind),
+        spec = self.spec
+        n = count_tool_calls(calls, spec.count)
+        used = usage(budget_calls(calls), spec.unit, spec.count, spec.tool_costs)
+        over = used > spec.budget
+        sub_scores = {"n_calls": float(n)}
+        if spec.unit != "calls":
+            sub_scores["latency_s" if spec.unit == "latency" else "turns"] = used
+        return Score(score=budget_score(used, spec.budget, spec.penalty, spec.kind),
                      passed=not over, flags=("budget:over",) if over else (),
-                     sub_scores={"n_calls": float(n)}, grader=self.name)
+                     sub_scores=sub_scores, grader=self.name)
 
 
 def build_tool_budget(spec: dict[str, Any], base_dir: Path) -> ToolBudgetGrader:

@@ -1,6 +1,7 @@
 """The sandbox's view of the filesystem, set up inside the new mount namespace: a private /tmp
 and /dev/shm, ``hidden`` folders and closed ancestors behind empty tmpfs, the workspace (and the
-``readable`` paths) bound in place, every other mount read-only, a fresh /proc."""
+``readable`` paths) bound in place, every other mount read-only, a fresh /proc and, where the host
+has one, a private /dev/mqueue."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import stat
 
 from .report import Report, try_layer
+from .seed import seed_workspace
 from .syscalls import (MS_BIND, MS_NOATIME, MS_NODEV, MS_NODIRATIME, MS_NOEXEC, MS_NOSUID,
                        MS_PRIVATE, MS_RDONLY, MS_REC, MS_RELATIME, MS_REMOUNT, MS_STRICTATIME,
                        mount, umount_detached)
@@ -108,6 +110,8 @@ def private_mounts(cfg: dict, report: Report, uid: int, gid: int, fds: dict[str,
             mount("tmpfs", ws, "tmpfs", MS_NOSUID | MS_NODEV,
                   f"size={cfg['workspace_tmpfs_mb']}m,mode=700,uid={uid},gid={gid}")
             mounted.append(ws)
+            if cfg.get("workspace_seed"):
+                _seed(ws, cfg["workspace_tmpfs_mb"], report)
             report.add("workspace_tmpfs")
     except OSError:
         for point in reversed(mounted):  # leave the filesystem as the host sees it
@@ -118,6 +122,22 @@ def private_mounts(cfg: dict, report: Report, uid: int, gid: int, fds: dict[str,
             report.add("private_" + root.strip("/").replace("/", "_"))
         if root in hidden:
             report.add("hidden_paths")
+
+
+def _seed(ws: str, size_mb: int, report: Report) -> None:
+    """Copy the host folder (still our cwd, under the tmpfs) into the tmpfs; a failure aborts:
+    the command must not run on an empty or half-copied workspace."""
+    try:
+        original = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            seed_workspace(original, ws)
+        finally:
+            os.close(original)
+    except OSError as e:
+        hint = (f": the workspace is larger than its {size_mb} MiB tmpfs" if e.errno == 28
+                else "")
+        report.fail(f"cannot copy the workspace into its private tmpfs ({e}){hint}")
+    report.add("workspace_copy")
 
 
 def _hidden_roots(cfg: dict, roots: dict[str, int]) -> list[str]:
@@ -158,6 +178,14 @@ def readonly_everything(cfg: dict, report: Report) -> None:
             if e.errno not in (2, 22):
                 failed.append(point)
     report.add("readonly_fs" if not failed else "readonly_fs_partial")
+
+
+def private_mqueue(report: Report) -> None:
+    """Over the host's /dev/mqueue (where there is one), the message queues of the sandbox's own
+    IPC namespace: the host's queues can no longer be listed, or read through their files."""
+    if os.path.isdir("/dev/mqueue") and not os.path.islink("/dev/mqueue"):
+        try_layer(report, "private_mqueue", mount, "mqueue", "/dev/mqueue", "mqueue",
+                  MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def fresh_proc(report: Report) -> None:

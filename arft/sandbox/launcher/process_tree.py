@@ -9,11 +9,13 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 from .credentials import NOBODY, drop_privileges, give_workspace, nobody_exists, set_limits
-from .mounts import fresh_proc, open_readable, private_mounts, readonly_everything
+from .mounts import fresh_proc, open_readable, private_mounts, private_mqueue, readonly_everything
 from .namespaces import enter_namespaces
 from .report import Report
+from .seccomp import install, open_libseccomp, prepare
 from .syscalls import PR_SET_PDEATHSIG, prctl
 
 
@@ -35,8 +37,9 @@ def supervise(child: int, report: Report) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
-def run_child(cfg: dict, argv: list[str], report: Report, userns: bool) -> None:
-    """Set up the filesystem, limits and uid, then exec the command (never returns)."""
+def run_child(cfg: dict, argv: list[str], report: Report, userns: bool, seccomp_lib: Any) -> None:
+    """Set up the filesystem, limits, uid and syscall filter, then exec the command (never
+    returns). ``seccomp_lib``: ``seccomp.open_libseccomp()``'s answer, taken before any uid change."""
     ws = cfg["workspace"]
     root_mode = os.geteuid() == 0
     uid, gid = (NOBODY, NOBODY) if root_mode else (os.geteuid(), os.getegid())
@@ -55,7 +58,11 @@ def run_child(cfg: dict, argv: list[str], report: Report, userns: bool) -> None:
     except OSError as e:
         report.fail(f"cannot prepare the workspace {ws}: {e}")
     program = find_program(argv[0], env.get("PATH", os.defpath))
+    syscall_filter = prepare(seccomp_lib, cfg, report)
     drop_privileges(userns, report)
+    # Last: the filter also denies calls the steps above make (unshare, mount). It needs
+    # no_new_privs, set by drop_privileges.
+    install(seccomp_lib, syscall_filter, report)
     missing = [layer for layer in cfg["required"] if layer not in report.layers]
     if missing:
         report.fail(f"required isolation {missing} is not available here (applied: "
@@ -74,6 +81,8 @@ def _isolate_filesystem(cfg: dict, report: Report, uid: int, gid: int) -> None:
         try:
             private_mounts(cfg, report, uid, gid, fds)
             readonly_everything(cfg, report)
+            if "ipcns" in report.layers:
+                private_mqueue(report)
             if "pidns" in report.layers:
                 fresh_proc(report)
         except OSError as e:
@@ -162,11 +171,12 @@ def main() -> None:
         os.chdir(cfg["workspace"])
     except OSError as e:
         report.fail(f"cannot enter the workspace {cfg['workspace']}: {e}")
+    seccomp_lib = open_libseccomp()  # before any uid change: it may be closed to nobody
     userns = enter_namespaces(cfg, report)
     child = os.fork()
     if child == 0:
         try:
-            run_child(cfg, argv, report, userns)
+            run_child(cfg, argv, report, userns, seccomp_lib)
         except BaseException as e:  # noqa: BLE001 - the child must never return into main()
             report.fail(f"sandbox setup failed: {e!r}")
     supervise(child, report)

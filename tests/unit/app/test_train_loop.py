@@ -83,6 +83,24 @@ def test_budget_penalty_counts_executed_calls(kind: str, penalty: float) -> None
     assert no_budget == pytest.approx([0.5, -0.5])
 
 
+def test_budget_penalty_in_turns_and_latency() -> None:
+    """Three parallel calls in one turn are one tool round; the critical path charges the slowest."""
+    parallel = make_rollout(score=Score(score=1.0)).model_copy(update={"tool_calls": tuple(
+        tool_record("t", f"c{i}", name=name) for i, name in enumerate(["a", "b", "c"]))})
+    sequential = make_rollout(score=Score(score=1.0)).model_copy(update={"tool_calls": tuple(
+        tool_record("t", f"c{i}", name=name, turn=i)
+        for i, name in enumerate(["a", "b", "c"]))})
+    costs = {"a": 1.0, "b": 3.0, "c": 2.0}
+    turns = spec(normalize_std=False, unit="turns", soft_limit=1, penalty=0.1)
+    _, m = _advantages(turns, [parallel, sequential], 2)
+    assert m["train/budget_penalty_mean"] == pytest.approx((0.0 + 0.2) / 2)  # 1 round vs 3
+    latency = spec(normalize_std=False, unit="latency", soft_limit=2, penalty=0.1, tool_costs=costs)
+    adv, m = _advantages(latency, [parallel, sequential], 2)
+    # parallel: max(1, 3, 2) = 3 s, 1 s over; sequential: 1 + 3 + 2 = 6 s, 4 s over
+    assert m["train/budget_penalty_mean"] == pytest.approx((0.1 + 0.4) / 2)
+    assert adv == pytest.approx([0.15, -0.15])  # same task reward: the faster agent wins
+
+
 def write_job(tmp: Path) -> Path:
     write_datasets(tmp, 4, 1)
     job = {"training_file": "train.jsonl", "validation_file": "val.jsonl", "seed": 3,

@@ -246,3 +246,9 @@ def test_relative_model_directory_resolves_against_the_job_file(tmp_path: Path) 
     data["model"] = "org/hub-model"  # not a local path: passed through as a hub id
     job_path.write_text(json.dumps(data))
     assert load_job(job_path).model_ref == "org/hub-model"
+
+
+def test_a_nul_character_is_refused_where_it_is_written(tmp_path: Path) -> None:
+    job = {**HOSTED, "training_file": "train\u0000.jsonl"}
+    message = job_error(write(tmp_path / "job.json", json.dumps(job)))
+    assert "training_file" in message and "NUL character" in message

@@ -146,3 +146,39 @@ def test_metrics_jsonl_is_strict_json_even_with_nan(tmp_path: Path) -> None:
     row = json.loads((tmp_path / "metrics.jsonl").read_text(), parse_constant=strict)
     assert row["step"] == 2 and row["update/tokens"] == 3.0
     assert row.get("train/task_reward_mean") != 0  # no value must not read as a zero
+
+
+def test_jsonl_discard_after_keeps_earlier_rows_and_drops_a_half_written_line(tmp_path: Path) -> None:
+    import json
+
+    from arft.metrics.sinks import JsonlSink
+
+    path = tmp_path / "metrics.jsonl"
+    sink = JsonlSink(path)
+    for step in (0, 1, 2, 3, 3):
+        sink.log(step, {"train/reward_mean": step / 4})
+    path.write_text(path.read_text() + "not json, written by hand\n" + '{"step": 4, "train/rew')  # killed
+    assert sink.discard_after(2) == 3  # two step-3 rows and the torn line
+    lines = path.read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines[:3]] == [0, 1, 2] and lines[3] == "not json, written by hand"
+    assert sink.discard_after(2) == 0  # idempotent
+    sink.log(3, {"train/reward_mean": 0.75})
+    assert json.loads(path.read_text().splitlines()[-1]) == {"step": 3, "train/reward_mean": 0.75}
+    assert not list(tmp_path.glob(".*tmp"))  # the atomic rewrite left no temporary file
+    assert JsonlSink(tmp_path / "none.jsonl").discard_after(1) == 0
+
+
+def test_tensorboard_hides_the_steps_a_resumed_run_logs_again(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    first = open_sinks(job(), tmp_path)
+    for step in (1, 2, 3):
+        first[0].log(step, {"train/reward_mean": float(step)})
+    close_sinks(first)
+    resumed = open_sinks(job(), tmp_path, resumed_from=1)  # from the step-1 checkpoint
+    for step in (2, 3):
+        resumed[0].log(step, {"train/reward_mean": 10.0 * step})
+    close_sinks(resumed)
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/reward_mean")] == [(1, 1.0), (2, 20.0), (3, 30.0)]

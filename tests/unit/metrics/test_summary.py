@@ -92,6 +92,12 @@ def test_tool_call_distribution(summary: EvalSummary) -> None:
     # tool-calling turns: a0 2 (1 parallel), a2 1, b0 2 (2 parallel), b1 2, b2 1
     assert t.n_tool_turns == 8
     assert t.parallel_turn_share == pytest.approx(3 / 8)
+    # tool rounds per rollout over the 8 behaviour rollouts: a 2+0+1, b 2+2+1+0, c 0
+    assert t.rounds_mean == pytest.approx(8 / 8)
+    # critical path (call i takes 0.1 * (i + 1) s; per turn its slowest call): a0 0.2 + 0.3,
+    # a2 0.1, b0 0.6 + 1.2 (failed calls ran too), b1 0.1 + 0.2, b2 0.1; the rest 0
+    assert t.critical_path_mean_s == pytest.approx((0.5 + 0.1 + 1.8 + 0.3 + 0.1) / 8)
+    assert t.critical_path_p95_s == pytest.approx(1.8, abs=0.6)
 
 
 def test_per_tool_errors_and_latency(summary: EvalSummary) -> None:

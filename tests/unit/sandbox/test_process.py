@@ -18,27 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from arft.sandbox import SandboxError, SandboxLimits, create_workspace, probe_isolation, run_sandboxed
+from arft.sandbox import SandboxError, SandboxLimits, run_sandboxed
+
+from .helpers import need
 
 REPO = Path(__file__).resolve().parents[3]
 BASH = shutil.which("bash") or "/bin/bash"
 FAST = SandboxLimits(timeout_s=20)
-
-
-@pytest.fixture(scope="module")
-def layers(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, ...]:
-    return asyncio.run(probe_isolation(tmp_path_factory.mktemp("probe")))
-
-
-def need(layers: tuple[str, ...], *names: str) -> None:
-    missing = [n for n in names if n not in layers]
-    if missing:
-        pytest.skip(f"this host does not allow {missing} (applied: {layers})")
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    return create_workspace(tmp_path / "workspaces", None, "trace_" + uuid.uuid4().hex)
 
 
 def sh(command: str) -> list[str]:
@@ -106,8 +92,10 @@ async def test_no_writes_outside_the_workspace(ws: Path, layers: tuple[str, ...]
         for d in (shared, in_tmp):
             d.chmod(0o777)
         probe = REPO / f"sandbox-probe-{uuid.uuid4().hex}"
+        # hidden=(): host folders stay visible (not hidden by default), to show they are read-only.
         result = await run_sandboxed(sh(
-            f"echo x > {shared}/f; echo x > {in_tmp}/f; echo x > {probe}; echo x > ok"), ws, FAST)
+            f"echo x > {shared}/f; echo x > {in_tmp}/f; echo x > {probe}; echo x > ok"), ws, FAST,
+            hidden=())
         assert not (shared / "f").exists()
         assert not (in_tmp / "f").exists()
         assert not probe.exists()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from arft.sandbox import WorkspaceError, create_workspace, remove_workspace
+from arft.sandbox.workspace import template_of
 
 
 @pytest.fixture
@@ -70,3 +71,12 @@ def test_remove_workspace(tmp_path: Path, template: Path) -> None:
     a_file.write_text("x")
     with pytest.raises(WorkspaceError, match="refusing"):
         remove_workspace(a_file)
+
+
+def test_the_template_is_noted_beside_the_workspace(tmp_path: Path, template: Path) -> None:
+    ws = create_workspace(tmp_path / "root", template, "trace_t")
+    assert template_of(ws) == template.resolve()
+    assert template_of(create_workspace(tmp_path / "root", None, "trace_none")) is None
+    assert template_of(tmp_path) is None  # not made by create_workspace
+    remove_workspace(ws)
+    assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["trace_none"]  # note gone

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from arft.records import Score
-from arft.tracing.store import DuplicateTraceIdError, NotAStoreError, RunStore, StoreError
+from arft.tracing.store import Discarded, DuplicateTraceIdError, NotAStoreError, RunStore, StoreError
 from tests.unit.tracing.factories import make_rollout
 
 
@@ -135,6 +135,40 @@ def test_metrics_stored_and_read(tmp_path: Path) -> None:
         (1, "reward", "trace_abc"), (2, "reward", None), (2, "loss", None)]
     assert rows[0]["value"] == 0.25 and rows[1]["value"] == 0.5
     assert math.isnan(rows[2]["value"])
+
+
+def test_discard_after_drops_a_runs_later_records_in_one_transaction(tmp_path: Path) -> None:
+    def at(step: int, run_id: str = "train", **kw: object):
+        r = make_rollout(run_id=run_id, score=Score(score=0.5), calls=[("search", 0), ("read", 1)], **kw)
+        return r.model_copy(update={"step": step})
+
+    with RunStore(tmp_path / "run.db") as store:
+        for run_id, kind in [("train", "train"), ("train:eval-000002", "eval"), ("train:eval-000004", "eval"),
+                             ("other", "train")]:
+            store.create_run(run_id, kind, {})
+        kept = [at(1), at(2), at(2, "train:eval-000002"), at(4, "other")]
+        for r in kept + [at(3), at(3), at(4), at(4, "train:eval-000004")]:
+            store.add_rollout(r)
+        for step in (1, 2, 3, 4):
+            store.add_metrics("train", step, {"reward": 0.5, "loss": 1.0})
+            store.add_metrics("other", step, {"reward": 0.5})
+        store.add_metrics("train:eval-000004", 4, {"reward": 1.0})
+        store.finish_run("train", "completed")
+        with pytest.raises(ValueError, match="being resumed"):
+            store.discard_after("train", 2, ["train"])
+        gone = store.discard_after("train", 2, ["train:eval-000004"])
+        assert gone == Discarded(rollouts=4, tool_calls=8, grades=4, metrics=5, runs=1) and gone.total == 22
+        assert sorted(r.trace_id for r in store.rollouts()) == sorted(r.trace_id for r in kept)
+        assert [(m["step"], m["name"]) for m in store.metrics("train")] == [
+            (1, "reward"), (1, "loss"), (2, "reward"), (2, "loss")]
+        assert len(store.metrics("other")) == 4  # another run's rows are not touched
+        assert {r["run_id"]: r["status"] for r in store.runs()} == {
+            "train": "running", "train:eval-000002": "running", "other": "running"}
+        assert store.discard_after("train", 2) == Discarded()  # idempotent: a second resume finds nothing
+    con = sqlite3.connect(tmp_path / "run.db")  # no orphan child rows
+    assert con.execute("SELECT count(*) FROM tool_calls").fetchone() == (8,)
+    assert con.execute("SELECT count(*) FROM grades").fetchone() == (4,)
+    con.close()
 
 
 def test_not_an_arft_store(tmp_path: Path) -> None:

@@ -1,0 +1,143 @@
+"""A training process SIGKILLed at named moments (generation, grading, the update, between the
+metric sinks, mid checkpoint write) and resumed after each kill ends exactly where an uninterrupted
+seeded run ends: every step's rollouts, grades, metric rows and evaluations stored once (none
+lost, none duplicated, none half-written) and a bit-identical adapter.
+
+Bit-identical is a fair demand here: the tiny model runs on one thread with one request per
+forward pass, every rollout samples from its own seed, and a checkpoint restores the weights,
+the optimizer and the RNG states, so a re-run step computes the same floating point as the
+first run of it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from arft.app.train import train
+from arft.config import load_job
+from arft.tracing.run_dir import RunDir
+from arft.tracing.store import RunStore
+from tests.integration.test_train import adapter, tiny, write_job
+from tests.training import LengthGrader
+
+ROOT = Path(__file__).resolve().parents[2]
+KILLS = ["generation:3:4", "grading:3:2", "update:4", "metrics:4:1", "checkpoint:4:3"]
+"""Step 3's 4th of 6 rollouts stored; step 3's 2nd grade; step 4's update; step 4's metric row in the
+store but not yet in metrics.jsonl; the step-4 checkpoint's 3rd file (after the step-4 evaluation)."""
+
+
+def kill_job(tmp: Path) -> Path:
+    """4 steps of 2 tasks x 3 rollouts, checkpoints at steps 2 and 4, evaluations at 0, 2 and 4."""
+    path = write_job(tmp)
+    spec = json.loads(path.read_text())
+    spec["training"].update({"max_steps": 4, "checkpoint_every": 2})
+    spec["method"]["reinforcement"]["hyperparameters"]["eval_interval"] = 2
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def child(job: Path, run_dir: Path, fault: str, resume: bool, log: Path) -> int:
+    argv = [sys.executable, "-m", "tests.integration.kill_child", str(job), str(run_dir), fault]
+    with log.open("a") as out:
+        return subprocess.run(argv + (["--resume"] if resume else []), cwd=ROOT, stdout=out,
+                              stderr=subprocess.STDOUT, timeout=600).returncode
+
+
+def timed(name: str) -> bool:
+    """A wall-clock metric (``time/step_s``, ``eval/time_generate_s``, latencies): never the same twice."""
+    return name.startswith("time/") or "/time_" in name or "critical_path_s" in name
+
+
+def recorded(run_dir: Path) -> dict[str, Any]:
+    """What a run directory holds, in a form two runs can be compared by (times left out)."""
+    with RunStore(RunDir(run_dir).store) as store:
+        rollouts = sorted((r.run_id, r.step, r.task_id, r.sample_index, r.token_ids, r.reward)
+                          for r in store.rollouts())
+        metrics = sorted((m["step"], m["name"], None if timed(m["name"]) or m["value"] != m["value"] else m["value"])
+                         for m in store.metrics("train"))  # NaN (no value) as None: NaN != NaN
+        runs = sorted((r["run_id"], r["status"]) for r in store.runs())
+    con = sqlite3.connect(RunDir(run_dir).store)
+    ungraded = con.execute("SELECT count(*) FROM rollouts LEFT JOIN grades USING (trace_id) "
+                           "WHERE grades.trace_id IS NULL").fetchone()[0]
+    con.close()
+    lines = [json.loads(x) for x in RunDir(run_dir).metrics.read_text().splitlines()]
+    return {"rollouts": rollouts, "metrics": metrics, "runs": runs, "ungraded": ungraded,
+            "jsonl": [(row["step"], sorted(row)) for row in lines]}
+
+
+def step_rollouts(run_dir: Path, step: int) -> int:
+    with RunStore(RunDir(run_dir).store) as store:
+        return sum(1 for r in store.rollouts("train") if r.step == step)
+
+
+async def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path: Path, tokenizer: Any) -> None:
+    job_path = kill_job(tmp_path)
+    straight = await train(load_job(job_path), tmp_path / "straight", model=tiny(tokenizer), tokenizer=tokenizer,
+                           grader=LengthGrader(), max_batch_size=1)
+    assert set(straight.evals) == {0, 2, 4}
+
+    run, log = tmp_path / "killed", tmp_path / "children.log"
+    for i, fault in enumerate(KILLS):
+        code = child(job_path, run, fault, resume=i > 0, log=log)
+        assert code == -signal.SIGKILL, f"{fault}: exit {code}, not killed\n{log.read_text()[-3000:]}"
+        assert RunDir(run).latest_checkpoint() == RunDir(run).checkpoints / "step-000002"
+        if i == 0:  # the killed process left part of step 3 behind: what the resume must drop
+            assert step_rollouts(run, 3) == 4
+    assert (RunDir(run).checkpoints / ".tmp-step-000004").is_dir()  # the last kill was mid-write
+    assert child(job_path, run, "none", resume=True, log=log) == 0, log.read_text()[-3000:]
+
+    got, want = recorded(run), recorded(tmp_path / "straight")
+    # per step: 6 training rollouts at steps 1-4, 4 evaluation rollouts at steps 0, 2 and 4
+    per_step: dict[tuple[str, int | None], int] = {}
+    for run_id, step, *_ in got["rollouts"]:
+        per_step[run_id, step] = per_step.get((run_id, step), 0) + 1
+    assert per_step == {**{("train", s): 6 for s in (1, 2, 3, 4)},
+                        **{(f"train:eval-{s:06d}", s): 4 for s in (0, 2, 4)}}
+    assert got["rollouts"] == want["rollouts"]  # the same samples and rewards, each exactly once
+    assert got["ungraded"] == want["ungraded"] == 0  # every rollout has its grade row
+    assert got["metrics"] == want["metrics"]  # every metric row once, with the same value (times aside)
+    assert got["jsonl"] == want["jsonl"] and [s for s, _ in got["jsonl"]] == [0, 1, 2, 2, 3, 4, 4]
+    assert got["runs"] == want["runs"] and all(status == "completed" for _, status in got["runs"])
+    checkpoints = sorted(p.name for p in RunDir(run).checkpoints.iterdir())
+    assert checkpoints == ["latest", "step-000002", "step-000004"]  # nothing half-written left
+    assert not RunDir(run).workspaces.exists() or not any(RunDir(run).workspaces.iterdir())
+    a, b = adapter(tmp_path / "straight"), adapter(run)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit-identical
+    check_the_soaks_audit(run, tmp_path / "straight", tmp_path / "broken")
+
+
+def check_the_soaks_audit(run: Path, straight: Path, broken: Path) -> None:
+    """bench/kill_soak.py's audit finds nothing wrong here, and counts what the old bug did."""
+    import importlib.util
+    import shutil
+
+    from arft.records import new_trace_id
+
+    spec = importlib.util.spec_from_file_location("kill_soak", ROOT / "bench" / "kill_soak.py")
+    assert spec is not None and spec.loader is not None
+    soak = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soak)
+    clean = soak.audit(run, straight)
+    assert all(f["lost"] == f["duplicated"] == f["extra"] == 0 for f in clean["figures"].values())
+    assert clean["figures"]["rollouts"] == {"expected": 36, "lost": 0, "duplicated": 0, "extra": 0, "differing": 0}
+    assert not any(clean["half_written"].values()) and clean["adapter"]["identical"]
+
+    shutil.copytree(run, broken)  # what the killed run left beside the re-run one before the fix
+    with RunStore(RunDir(broken).store) as store:
+        step4 = [r for r in store.rollouts("train") if r.step == 4]
+        store.add_rollout(step4[0].model_copy(update={"trace_id": new_trace_id()}))
+        store.add_metrics("train", 4, {"update/tokens": 1.0})
+    with RunDir(broken).metrics.open("a") as f:
+        f.write('{"step": 4, "train/rew')
+    hurt = soak.audit(broken, straight)
+    assert hurt["figures"]["rollouts"]["duplicated"] == hurt["figures"]["grades"]["duplicated"] == 1
+    assert hurt["figures"]["metric rows (store)"]["duplicated"] == 1
+    assert hurt["half_written"]["metrics.jsonl lines not JSON"] == 1
