@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from arft.config import load_job
+from arft.tools.python_fn import PythonTool
 
 
 def rows(path: Path) -> list[dict[str, Any]]:
@@ -38,7 +39,17 @@ def check_plain_variant(example: Path, generated: Path) -> None:
     assert plain_job.path(plain_job.training_file) == example / "train_plain.jsonl"
     assert plain_job.path(plain_job.validation_file) == example / "validation_plain.jsonl"
     assert plain_job.suffix == f"{job.suffix}_plain" and plain_job.rollout.tool_choice == "required"
+    # A python tool's own schema comes from its signature; a plain job may restate it with bounds.
+    tools = []
+    for full_tool, plain_tool in zip(job.rl.tools, plain_job.rl.tools, strict=True):
+        if getattr(plain_tool, "parameters", None) is not None and plain_tool.type == "python":
+            derived = PythonTool(full_tool, job.base_dir).schema["function"]["parameters"]
+            assert without_max_length(plain_tool.parameters) == derived, plain_tool.function
+            plain_tool = plain_tool.model_copy(update={"parameters": full_tool.parameters})
+        tools.append(plain_tool)
+    rl = plain_job.rl.model_copy(update={"tools": tools})
     same = plain_job.model_copy(update={
+        "method": plain_job.method.model_copy(update={"reinforcement": rl}),
         "training_file": job.training_file, "validation_file": job.validation_file, "suffix": job.suffix,
         # worked_example may differ: a plain job may show the tool block's own (neutral) example.
         "rollout": plain_job.rollout.model_copy(update={"tool_choice": job.rollout.tool_choice,

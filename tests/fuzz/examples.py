@@ -13,6 +13,8 @@ TOOL_NAMES = ("lookup_order", "calculator", "search", "get_weather")
 WORDS = st.sampled_from(("Paris", "order 42", "What is 12 * 7?", "ok", "the answer is 84",
                          "Résumé 🙂", "line one\nline two", "x" * 200))
 TEXT = st.one_of(WORDS, st.text(min_size=1, max_size=30))
+SPEC_TEXT = TEXT.filter(lambda t: "\x00" not in t)
+"""Text a valid job or grader spec may hold: every spec string refuses a NUL character."""
 NAME = st.sampled_from(TOOL_NAMES)
 CALL_ID = st.sampled_from(("call_1", "call_2", "call_abc"))
 
@@ -201,9 +203,9 @@ def builtin_grader() -> st.SearchStrategy[dict[str, Any]]:
     b = st.just("builtin")
     return st.one_of(
         obj(type=b, name=st.just("set_f1"), predicted=TEMPLATE,
-             reference=st.one_of(TEMPLATE, st.lists(TEXT, max_size=3)),
+             reference=st.one_of(TEMPLATE, st.lists(SPEC_TEXT, max_size=3)),
              normalize=maybe(st.sampled_from(("path", "lower", "none"))), beta=maybe(st.floats(0.1, 4))),
-        obj(type=b, name=st.just("fact_recall"), facts=st.one_of(TEMPLATE, st.lists(TEXT, max_size=3)),
+        obj(type=b, name=st.just("fact_recall"), facts=st.one_of(TEMPLATE, st.lists(SPEC_TEXT, max_size=3)),
              mode=maybe(st.just("string")), case_sensitive=maybe(st.booleans())),
         obj(type=b, name=st.just("tests_pass"), command=maybe(st.just("python -m pytest -q")),
              tests=maybe(st.one_of(st.just("tests"), st.just({"test_a.py": "def test_a():\n    pass\n"}))),
@@ -274,7 +276,7 @@ def job_spec() -> st.SearchStrategy[dict[str, Any]]:
     return obj(
         model=maybe(st.sampled_from(("smollm2-135m-instruct", "Qwen/Qwen2.5-0.5B-Instruct"))),
         training_file=maybe(st.just("train.jsonl")), validation_file=maybe(st.just("val.jsonl")),
-        seed=maybe(st.integers(0, 2**31)), suffix=maybe(TEXT),
+        seed=maybe(st.integers(0, 2**31)), suffix=maybe(SPEC_TEXT),
         method=reinforcement.map(lambda r: {"type": "reinforcement", "reinforcement": r}),
         engine=maybe(obj(type=maybe(st.sampled_from(("transformers", "openai"))),
                           dtype=maybe(st.sampled_from(("auto", "float32"))))),
