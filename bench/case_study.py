@@ -1,14 +1,15 @@
 """Case-study benchmark: train one example environment and report baseline vs trained, side by side.
 
     python bench/case_study.py ENV [--job FILE] [--train-file FILE] [--train-limit N] [--steps N]
-                               [--tag TAG]
+                               [--seed N] [--eval-tasks N] [--tag TAG]
 
 ENV is a folder under ``examples/`` with a ``job.yaml``; ``--job`` picks another job file of the
 example (``--job job_plain.yaml --tag plain``: give it a tag too, or its output replaces the
 job.yaml run's). The run is the example's own job (the embedded SmolLM2-135M on the CPU unless
 the job says otherwise), with optional overrides: another
 training file (``train_10.jsonl`` for the sample-efficiency run), only the first N training rows
-(the data-scaling runs), or another number of steps. Every eval the job makes (step 0 = the
+(the data-scaling runs), another number of steps, another seed (``bench/behaviour.py`` repeats a
+run over seeds) or fewer validation tasks per eval. Every eval the job makes (step 0 = the
 untrained baseline, then every ``eval_interval`` steps and the last) is reported with:
 
 - reward mean and pass rate,
@@ -109,6 +110,10 @@ def load_job_with_overrides(env: str, args: argparse.Namespace, run_dir: Path) -
         job = job.model_copy(update=update)
     if args.steps:
         job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": args.steps})})
+    if getattr(args, "seed", None) is not None:  # callers' Namespaces may predate --seed
+        job = job.model_copy(update={"seed": args.seed})
+    if getattr(args, "eval_tasks", None):
+        job = job.model_copy(update={"training": job.training.model_copy(update={"eval_tasks": args.eval_tasks})})
     return job
 
 
@@ -204,6 +209,8 @@ def main() -> None:
     p.add_argument("--train-file", help="training file, relative to the example (default: the job's)")
     p.add_argument("--train-limit", type=int, help="train on the first N rows only")
     p.add_argument("--steps", type=int, help="override training.max_steps")
+    p.add_argument("--seed", type=int, help="override the job's seed (batches and sampling)")
+    p.add_argument("--eval-tasks", type=int, help="override training.eval_tasks (validation tasks per eval)")
     p.add_argument("--tag", default="", help="suffix of the output folder (e.g. n10)")
     p.add_argument("--resume", action="store_true", help="continue the run directory's last checkpoint")
     p.add_argument("--report-only", action="store_true", help="print the stored result.json again")
