@@ -41,7 +41,8 @@ from arft.pyfile import load_file  # noqa: E402 - after the sys.path line above
 OUT = ROOT / "bench" / "out" / "behaviour"
 CASE_STUDY = load_file(ROOT / "bench" / "case_study.py", "case_study")
 DEFAULT_EXAMPLES = ("parallel_lookup", "long_tail")
-FIGURES = ("reward", "parallel_turn_share", "critical_path_mean_s", "rounds_mean", "calls_mean", "calls_p95")
+FIGURES = ("reward", "parallel_turn_share", "critical_path_mean_s", "critical_path_p95_s", "rounds_mean",
+           "calls_mean", "calls_p95")
 """What is reported for every example, before and after (``behaviour_row``)."""
 
 
@@ -56,7 +57,8 @@ def behaviour_row(rollouts: list[Any]) -> dict[str, Any]:
     s = summarize(rollouts)
     tc = s.tool_calls
     return {"reward": s.reward.mean, "parallel_turn_share": tc.parallel_turn_share,
-            "critical_path_mean_s": tc.critical_path_mean_s, "rounds_mean": tc.rounds_mean,
+            "critical_path_mean_s": tc.critical_path_mean_s, "critical_path_p95_s": tc.critical_path_p95_s,
+            "rounds_mean": tc.rounds_mean,
             "calls_mean": tc.mean, "calls_p95": tc.p95, "calls_hist": tc.histogram,
             "n_rollouts": s.n_rollouts}
 
