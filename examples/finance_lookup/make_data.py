@@ -19,14 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from arft.pyfile import load_file
 
-from server import Library, run_tool  # noqa: E402 - the example's own server, next to this file
+HERE = Path(__file__).resolve().parent
+# By path, under a name of its own: several examples have a server.py.
+_server = load_file(HERE / "server.py", "finance_lookup_server")
+Library = _server.Library
+run_tool = _server.run_tool
 
 COMPANIES = ["Northwind Traders", "Contoso", "Fabrikam", "Tailspin Toys", "Wingtip Air", "Litware",
              "Adventure Works", "Proseware", "Lucerne Publishing", "Woodgrove Bank", "Coho Vineyard",

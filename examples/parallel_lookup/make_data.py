@@ -20,14 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from arft.pyfile import load_file
 
-from server import CITIES, EXAMPLE_CITIES, lookup, office_codes  # noqa: E402 - the example's own server
+HERE = Path(__file__).resolve().parent
+# By path, under a name of its own: several examples have a server.py.
+_server = load_file(HERE / "server.py", "parallel_lookup_server")
+CITIES = _server.CITIES
+EXAMPLE_CITIES = _server.EXAMPLE_CITIES
+lookup = _server.lookup
+office_codes = _server.office_codes
 
 SYSTEM = ("You look up office door codes with the lookup tool, one city per call. Then answer "
           "with each city and its door code.")
