@@ -181,7 +181,8 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: Any,
         model, tokenizer = load_model(job.model_ref, dtype=dtype, device=job.engine.device)
     policy = wrap_policy(model, job.training, job.seed)
     policy.eval()
-    engine = TransformersEngine(policy, tokenizer, max_batch_size=max_batch_size or job.engine.max_batch_size)
+    engine = TransformersEngine(policy, tokenizer, max_batch_size=max_batch_size or job.engine.max_batch_size,
+                                prefix_cache_mb=job.engine.prefix_cache_mb)
     return policy, engine, tokenizer
 
 

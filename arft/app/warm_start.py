@@ -54,7 +54,8 @@ async def expert_iteration(job: JobSpec, run_dir: RunDir | Path, plan: WarmStart
     tasks = load_split(job, "train", plan.tasks)
     hooks.status(f"warm start: {plan.samples} samples of {len(tasks)} training tasks")
     hooks.phase("warm start: sampling", len(tasks) * plan.samples)
-    engine = None if model is None else TransformersEngine(model, tokenizer, max_batch_size=max_batch_size or 32)
+    engine = None if model is None else TransformersEngine(
+        model, tokenizer, max_batch_size=max_batch_size or 32, prefix_cache_mb=job.engine.prefix_cache_mb)
     samples = await evaluate(job, tasks, plan.samples, root / "samples", engine=engine, grader=grader,
                              split="train", on_status=hooks.status, on_done=hooks.rollout_done)
     if engine is not None:

@@ -48,6 +48,13 @@ class KVBatch:
             for layer in self._layers():
                 layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
 
+    def row_kv(self, i: int, n: int) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
+        """Copies of row ``i``'s keys and values at its first ``n`` real positions (mask 1, in
+        order; holes and padding skipped): per layer ``[heads, n, head_dim]``."""
+        cols = self.mask[i].nonzero().squeeze(-1)[:n]
+        return [(layer.keys[i].index_select(-2, cols), layer.values[i].index_select(-2, cols))
+                for layer in self.cache.layers]
+
     def merge(self, other: "KVBatch") -> None:
         """Append ``other``'s rows, left-padding the shorter cache so both have equal length."""
         import torch

@@ -23,6 +23,13 @@ close), its next token is written without sampling, with logprob 0 (the whole ma
 inside a call's arguments is content, not a stop. Grammars are compiled once per toolset, on the
 caller's side, so a schema that cannot be compiled fails that request only (``ConstraintError``).
 
+KV reuse: the keys and values of every finished request (prompt and completion) go to a prefix
+store (``arft.engines.prefix_cache``, bounded by ``prefix_cache_mb``, least recently used evicted
+first). A new request prefills only what follows the longest prefix the store already has, so a
+rollout's next turn runs just its tool results; the K samples of a task run their shared prompt
+once, and a prefix common to all prompts of an admission (a system prompt, worked examples) is
+run once before them (``arft.engines.prefill``). The store is cleared whenever a weight changes.
+
 A request's decoding state and the rules that end it (eos, stop strings, length) live in
 ``arft.engines.decode_rows``; the batch's KV cache in ``arft.engines.kv_batch``.
 
@@ -34,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
@@ -42,7 +48,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.decode_rows import FinishRules, Request, Row, generation, new_row
 from arft.engines.grammar import ToolCallMasker
+from arft.engines.hf_model import eos_ids, forward_kwargs, torch_device
 from arft.engines.kv_batch import KVBatch, growing_layer
+from arft.engines.prefill import PrefillPlan, distinct, plan, shared_prefix
+from arft.engines.prefix_cache import MB, PrefixCache, weights_fingerprint
 from arft.engines.sampling import sample_rows
 from arft.models.constraints import ToolGrammar
 
@@ -70,6 +79,11 @@ class EngineStats:
     prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
     constrained_tokens: int = 0
     """Tokens sampled under a grammar mask that excluded at least one token."""
+    prompt_tokens: int = 0
+    """Prompt tokens of the requests admitted."""
+    prefill_tokens: int = 0
+    """Prompt tokens actually run by prefill forward passes (the rest came from the prefix store
+    or from a duplicate prompt admitted together)."""
 
 
 class TransformersEngine:
@@ -79,7 +93,8 @@ class TransformersEngine:
     ``device`` defaults to the device of the model's input embeddings; the model must already
     be there (it is never moved or copied). Generation uses the model in whatever mode it is
     in: keep it in eval mode (``load_model`` does) so dropout does not change the policy.
-    ``stats`` counts prefills, decode steps and batch sizes.
+    ``stats`` counts prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the
+    prefix store reused. ``prefix_cache_mb=0`` turns KV reuse off.
     """
 
     supports_constraints = True
@@ -90,21 +105,26 @@ class TransformersEngine:
         self.masker.compile(grammar)
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
-                 device: str | None = None) -> None:
+                 device: str | None = None, prefix_cache_mb: float = 2048) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 (got {max_batch_size}); set engine.max_batch_size")
+        if prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0 (got {prefix_cache_mb}); set "
+                             "engine.prefix_cache_mb (0 turns KV reuse off)")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         embeddings = model.get_input_embeddings()
-        self.device = embeddings.weight.device if device is None else _torch_device(device)
+        self.device = embeddings.weight.device if device is None else torch_device(device)
         self.vocab_size = int(embeddings.num_embeddings)
-        self.eos_ids = _eos_ids(model, tokenizer)
+        self.eos_ids = eos_ids(model, tokenizer)
         self.stats = EngineStats()
+        self.prefix_cache = PrefixCache(int(prefix_cache_mb * MB))
+        """Keys and values of finished requests, reused by later prompts that share a prefix."""
         self.masker = ToolCallMasker(tokenizer, self.vocab_size, self.eos_ids)
         """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
         self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
-        self._cache_kwarg, self._forward_kwargs = _forward_kwargs(model)
+        self._cache_kwarg, self._forward_kwargs = forward_kwargs(model)
         self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -122,7 +142,13 @@ class TransformersEngine:
             raise ValueError(f"engine.type is '{spec.type}': use the matching engine class, or set "
                              "engine.type: transformers")
         model, tokenizer = load_model(model_name, dtype=spec.dtype, device=spec.device)
-        return cls(model, tokenizer, max_batch_size=spec.max_batch_size)
+        return cls(model, tokenizer, max_batch_size=spec.max_batch_size,
+                   prefix_cache_mb=spec.prefix_cache_mb)
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every stored prefix. Not needed after in-place weight updates (detected), only
+        when the model's outputs change some other way (e.g. switching a peft adapter)."""
+        self.prefix_cache.clear()
 
     # ----------------------------------------------------------------- event-loop side
 
@@ -255,26 +281,48 @@ class TransformersEngine:
             owned[:] = [r for r in owned if not r.delivered]
 
     def _prefill(self, requests: list[Request]) -> KVBatch:
-        """Run the prompts of ``requests`` (left-padded) and sample each one's first token."""
-        import torch
-        from transformers import DynamicCache
-
-        width = max(len(r.prompt) for r in requests)
-        ids = torch.zeros((len(requests), width), dtype=torch.long)
-        mask = torch.zeros((len(requests), width), dtype=torch.long)
-        for i, r in enumerate(requests):
-            ids[i, width - len(r.prompt):] = torch.tensor(r.prompt)
-            mask[i, width - len(r.prompt):] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        cache.layer_class_to_replicate = growing_layer()
-        batch = KVBatch([new_row(r, self.device) for r in requests], cache, mask)
-        logits = self._forward(ids, batch, positions)
-        self.stats.prefills += 1
-        self.stats.prefill_batch_sizes[len(requests)] += 1
+        """Run the prompts of ``requests`` (reusing stored prefixes, each distinct prompt once)
+        and sample each one's first token."""
+        store = self.prefix_cache if self.prefix_cache.budget_bytes > 0 else None
+        if store is not None:
+            store.check_weights(weights_fingerprint(self.model))
+        prompts = [r.prompt for r in requests]
+        common = shared_prefix(distinct(prompts)[0], store)
+        if common is not None:  # e.g. a system prompt with worked examples: run it once
+            self._keep_kv(self._run(plan([common], store, self.device, self._new_cache()))[0],
+                          0, common)
+        batch, logits = self._run(plan(prompts, store, self.device, self._new_cache()))
+        self.stats.prompt_tokens += sum(len(p) for p in prompts)
+        expand = batch.rows  # the distinct prompt of each request
+        if expand != list(range(len(requests))):  # duplicates: copy their rows
+            batch.select(expand)
+            logits = logits[expand]
+        batch.rows = [new_row(r, self.device) for r in requests]
         self._accept(batch.rows, logits)
         return batch
+
+    def _run(self, p: PrefillPlan) -> tuple[KVBatch, "torch.Tensor"]:
+        """One prefill forward pass; the batch's rows are ``p.expand`` until the caller sets them."""
+        batch = KVBatch(list(p.expand), p.cache, p.mask)
+        logits = self._forward(p.ids, batch, p.positions)
+        self.stats.prefills += 1
+        self.stats.prefill_batch_sizes[p.ids.shape[0]] += 1
+        self.stats.prefill_tokens += p.computed_tokens
+        return batch, logits
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        cache.layer_class_to_replicate = growing_layer()
+        return cache
+
+    def _keep_kv(self, batch: KVBatch, i: int, ids: list[int]) -> None:
+        """Put row ``i``'s keys and values for (the computed part of) ``ids`` in the store."""
+        if self.prefix_cache.budget_bytes <= 0 or not batch.mergeable:
+            return
+        n = min(int(batch.mask[i].sum()), len(ids))
+        self.prefix_cache.insert(ids[:n], batch.row_kv(i, n))
 
     def _decode_step(self, batch: KVBatch) -> None:
         """Feed every row's last sampled token and sample the next one."""
@@ -333,6 +381,7 @@ class TransformersEngine:
         keep = []
         for i, row in enumerate(batch.rows):
             if row.finish is not None:
+                self._keep_kv(batch, i, row.request.prompt + row.tokens)  # stored before answered
                 self._deliver(row.request, generation(row, self.tokenizer))
             elif row.request.future.done():  # cancelled by its caller: stop spending compute
                 row.request.delivered = True
@@ -343,30 +392,3 @@ class TransformersEngine:
         if len(keep) < batch.size:
             batch.select(keep)
         return batch
-
-
-def _torch_device(device: str) -> "torch.device":
-    import torch
-
-    return torch.device(device)
-
-
-def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """End-of-turn ids: the tokenizer's eos plus every eos id of the model's generation config."""
-    ids: set[int] = set()
-    sources = [getattr(tokenizer, "eos_token_id", None),
-               getattr(getattr(model, "generation_config", None), "eos_token_id", None)]
-    for value in sources:
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)
-    return frozenset(ids)
-
-
-def _forward_kwargs(model: Any) -> tuple[str, dict[str, Any]]:
-    """The cache keyword of this model's forward (renamed in transformers 5) and extra kwargs."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrappers
-    params = inspect.signature(base.forward).parameters
-    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # prefill: last position only
-    return ("cache" if "cache" in params else "past_key_values"), extra

@@ -1,0 +1,37 @@
+"""What ``TransformersEngine`` reads off a Hugging Face model: its device, its end-of-turn ids
+and the keywords its forward pass takes. torch is imported lazily."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+def torch_device(device: str) -> "torch.device":
+    import torch
+
+    return torch.device(device)
+
+
+def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """End-of-turn ids: the tokenizer's eos plus every eos id of the model's generation config."""
+    ids: set[int] = set()
+    sources = [getattr(tokenizer, "eos_token_id", None),
+               getattr(getattr(model, "generation_config", None), "eos_token_id", None)]
+    for value in sources:
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def forward_kwargs(model: Any) -> tuple[str, dict[str, Any]]:
+    """The cache keyword of this model's forward (renamed in transformers 5) and extra kwargs."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrappers
+    params = inspect.signature(base.forward).parameters
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # prefill: last position only
+    return ("cache" if "cache" in params else "past_key_values"), extra
