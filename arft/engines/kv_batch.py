@@ -34,46 +34,85 @@ class KVBatch:
         return [layer for layer in self.cache.layers if layer.is_initialized and layer.keys.numel()]
 
     def select(self, keep: list[int]) -> None:
-        """Keep only rows ``keep``, then drop the padding columns no remaining row needs."""
+        """Keep only rows ``keep`` (an index may repeat: the row is copied), then drop the padding
+        columns no remaining row needs. Each layer is copied once, into a new buffer."""
         import torch
 
         idx = torch.tensor(keep, device=self.mask.device)
         self.rows = [self.rows[i] for i in keep]
         self.mask = self.mask[idx]
-        for layer in self._layers():
-            layer.keys, layer.values = layer.keys[idx], layer.values[idx]
         first = int(self.mask.any(dim=0).to(torch.int8).argmax())
-        if first > 0:
-            self.mask = self.mask[:, first:]
-            for layer in self._layers():
-                layer.keys, layer.values = layer.keys[..., first:, :], layer.values[..., first:, :]
+        self.mask = self.mask[:, first:]
+        for layer in self._layers():
+            _rebuild(layer, [(layer.keys[i:i + 1, :, first:], layer.values[i:i + 1, :, first:])
+                             for i in keep], self.mask.shape[1])
 
     def row_kv(self, i: int, n: int) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
         """Copies of row ``i``'s keys and values at its first ``n`` real positions (mask 1, in
         order; holes and padding skipped): per layer ``[heads, n, head_dim]``."""
-        cols = self.mask[i].nonzero().squeeze(-1)[:n]
-        return [(layer.keys[i].index_select(-2, cols), layer.values[i].index_select(-2, cols))
-                for layer in self.cache.layers]
+        import torch
+
+        runs, left = [], n
+        for a, b in _runs(self.mask[i].tolist()):
+            if left <= 0:
+                break
+            runs.append((a, min(b, a + left)))
+            left -= runs[-1][1] - a
+        out = []
+        for layer in self.cache.layers:
+            k, v = layer.keys[i], layer.values[i]
+            if len(runs) == 1:
+                (a, b), = runs
+                out.append((k[:, a:b].clone(), v[:, a:b].clone()))
+            else:
+                out.append((torch.cat([k[:, a:b] for a, b in runs], dim=-2),
+                            torch.cat([v[:, a:b] for a, b in runs], dim=-2)))
+        return out
 
     def merge(self, other: "KVBatch") -> None:
-        """Append ``other``'s rows, left-padding the shorter cache so both have equal length."""
+        """Append ``other``'s rows, left-padding the shorter cache so both have equal length.
+        Each layer is copied once, into a new buffer."""
         import torch
         import torch.nn.functional as F
 
         t = max(self.mask.shape[1], other.mask.shape[1])
-
-        def pad(x: torch.Tensor, dim_from_end: int) -> torch.Tensor:
-            missing = t - x.shape[-dim_from_end]
-            if missing == 0:
-                return x
-            spec = (0, 0) * (dim_from_end - 1) + (missing, 0)
-            return F.pad(x, spec)
-
-        self.mask = torch.cat([pad(self.mask, 1), pad(other.mask, 1)], dim=0)
+        self.mask = torch.cat([F.pad(m, (t - m.shape[1], 0)) for m in (self.mask, other.mask)])
         for mine, theirs in zip(self.cache.layers, other.cache.layers):
-            mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)], dim=0)
-            mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)], dim=0)
+            _rebuild(mine, [(mine.keys, mine.values), (theirs.keys, theirs.values)], t)
         self.rows = self.rows + other.rows
+
+
+def _runs(mask_row: list[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` of every run of ones."""
+    runs, start = [], None
+    for j, m in enumerate(mask_row + [0]):
+        if m and start is None:
+            start = j
+        elif not m and start is not None:
+            runs.append((start, j))
+            start = None
+    return runs
+
+
+def _rebuild(layer: Any, parts: list[tuple["torch.Tensor", "torch.Tensor"]], t: int) -> None:
+    """Stack ``parts`` (keys, values ``[b, H, len, D]``, each right-aligned at column ``t``) into
+    the layer's new cache; a growing layer gets its spare capacity at once (no second copy)."""
+    k0 = parts[0][0]
+    rows = sum(k.shape[0] for k, _ in parts)
+    spare = getattr(layer, "spare", 0)
+    kbuf = k0.new_empty((rows, k0.shape[1], t + spare, k0.shape[-1]))
+    vbuf = parts[0][1].new_empty((rows, k0.shape[1], t + spare, parts[0][1].shape[-1]))
+    r = 0
+    for k, v in parts:
+        n, b = k.shape[-2], k.shape[0]
+        kbuf[r:r + b, :, t - n:t] = k
+        vbuf[r:r + b, :, t - n:t] = v
+        kbuf[r:r + b, :, :t - n] = 0  # padding is masked, but must not be NaN garbage
+        vbuf[r:r + b, :, :t - n] = 0
+        r += b
+    layer.keys, layer.values = kbuf[..., :t, :], vbuf[..., :t, :]
+    if spare:
+        layer.kbuf, layer.vbuf = kbuf, vbuf
 
 
 @functools.cache

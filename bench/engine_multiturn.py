@@ -1,0 +1,170 @@
+"""Multi-turn generation: HF ``generate`` re-prefilling every turn vs arft's engine without and
+with KV reuse, in one command on one loaded model.
+
+The workload is what a training step sends: 32 rollouts (8 tasks x 4 samples, a shared system
+prompt with the tools and a worked example) of three assistant turns each, a tool result of
+~60-90 tokens appended after each of the first two turns. Every system samples its own
+completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending at eos):
+
+- ``hf``: per turn, one batched ``model.generate`` over all 32 conversations, each re-prefilled
+  whole (left-padded); HF's best case, turn-synchronous.
+- ``engine``: ``TransformersEngine(prefix_cache_mb=0)``, today's engine: 32 concurrent rollouts,
+  each sending its whole conversation every turn (continuous batching, no KV reuse).
+- ``engine+kv``: the same with the prefix store on: a turn prefills only its new tokens, the 4
+  samples of a task run their prompt once, the shared system prompt runs once.
+
+Counted: generated tokens (up to and including eos) per wall-clock second over the whole
+workload, prefill included. The systems run one after another in every repeat, alternating.
+
+    python bench/engine_multiturn.py --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from arft.pyfile import load_file
+
+THROUGHPUT = load_file(Path(__file__).resolve().parent / "engine_throughput.py", "engine_throughput")
+EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name": "get_order", '
+           '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
+           '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
+TURNS = 3
+
+
+def tool_result(task: int, turn: int) -> str:
+    """A JSON tool answer of ~60-90 tokens (different per task and turn)."""
+    items = [{"sku": f"SKU-{task}{turn}{k}", "name": f"item {k} of order {task}", "qty": k + 1,
+              "price": round(9.99 + 3.5 * k + task, 2)} for k in range(2 + turn)]
+    return json.dumps({"order_id": f"A-{1000 + task}", "status": "in transit", "items": items})
+
+
+class Workload:
+    """The conversations' starting prompts and the token ids appended between turns."""
+
+    def __init__(self, tokenizer: Any, tasks: int, samples: int) -> None:
+        self.tokenizer = tokenizer
+        self.eos = tokenizer.eos_token_id
+        system = THROUGHPUT.SYSTEM + "\n" + EXAMPLE
+        self.starts = []
+        for task in range(tasks):
+            user = f"Ticket #{1000 + task}: {THROUGHPUT.QUESTIONS[task % len(THROUGHPUT.QUESTIONS)]}"
+            text = tokenizer.apply_chat_template([{"role": "system", "content": system},
+                                                  {"role": "user", "content": user}],
+                                                 add_generation_prompt=True, tokenize=False)
+            self.starts += [tokenizer.encode(text, add_special_tokens=False)] * samples
+        self.samples = samples
+
+    def after(self, conv: int, turn: int, completion: list[int]) -> list[int]:
+        """What follows a completion: its end of turn (if it did not end there), the tool
+        result, and the next assistant turn's opening."""
+        text = (f"\n<|im_start|>user\n<tool_response>\n{tool_result(conv // self.samples, turn)}\n"
+                "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+        end = [] if completion and completion[-1] == self.eos else [self.eos]
+        return end + self.tokenizer.encode(text, add_special_tokens=False)
+
+
+def run_hf(model: Any, work: Workload, new_tokens: int) -> tuple[int, float]:
+    """``(generated tokens, seconds)``: one batched generate per turn, whole conversations."""
+    import torch
+
+    convs = [list(s) for s in work.starts]
+    generated = 0
+    start = time.perf_counter()
+    for turn in range(TURNS):
+        batch = work.tokenizer.pad({"input_ids": convs}, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                 max_new_tokens=new_tokens, pad_token_id=work.tokenizer.pad_token_id)
+        for i, row in enumerate(out[:, batch["input_ids"].shape[1]:].tolist()):
+            completion = row[:row.index(work.eos) + 1] if work.eos in row else row
+            generated += len(completion)
+            if turn < TURNS - 1:
+                convs[i] += completion + work.after(i, turn, completion)
+    return generated, time.perf_counter() - start
+
+
+async def run_engine(engine: Any, work: Workload, new_tokens: int) -> tuple[int, float]:
+    """``(generated tokens, seconds)``: 32 concurrent rollouts, each turn its whole conversation."""
+    from arft.engines.base import SamplingParams
+
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens)
+
+    async def rollout(i: int) -> int:
+        conv, generated = list(work.starts[i]), 0
+        for turn in range(TURNS):
+            gen = await engine.generate(conv, params)
+            generated += len(gen.token_ids)
+            conv += list(gen.token_ids) + work.after(i, turn, list(gen.token_ids))
+        return generated
+
+    start = time.perf_counter()
+    counts = await asyncio.gather(*(rollout(i) for i in range(len(work.starts))))
+    return sum(counts), time.perf_counter() - start
+
+
+async def compare(model: Any, work: Workload, new_tokens: int, repeats: int) -> dict[str, float]:
+    """Median tok/s of each system over ``repeats`` alternating runs."""
+    from arft.engines.transformers_engine import TransformersEngine
+
+    engines = {"engine": TransformersEngine(model, work.tokenizer, max_batch_size=32, prefix_cache_mb=0),
+               "engine+kv": TransformersEngine(model, work.tokenizer, max_batch_size=32)}
+    THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
+    for engine in engines.values():
+        await THROUGHPUT.run_engine(engine, work.starts[:2], 4)
+    rates: dict[str, list[float]] = {"hf": [], **{name: [] for name in engines}}
+    for rep in range(repeats):
+        for name in rates:
+            if name == "hf":
+                tokens, seconds = run_hf(model, work, new_tokens)
+            else:
+                engines[name].prefix_cache.clear()  # every repeat starts cold
+                tokens, seconds = await run_engine(engines[name], work, new_tokens)
+            rates[name].append(tokens / seconds)
+            print(f"  run {rep + 1} {name:>9}: {tokens:5d} tokens in {seconds:6.1f} s = "
+                  f"{tokens / seconds:6.1f} tok/s", flush=True)
+    for name, engine in engines.items():
+        s = engine.stats
+        print(f"  {name:>9}: prompt tokens {s.prompt_tokens}, run by prefill {s.prefill_tokens} "
+              f"({s.prefill_tokens / max(s.prompt_tokens, 1):.0%}); store {engine.prefix_cache.stats}")
+        await engine.aclose()
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=8, help="distinct tasks (default 8)")
+    parser.add_argument("--samples", type=int, default=4, help="samples per task (default 4)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="max new tokens a turn (default 64)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed runs of each system (default 2)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    args = parser.parse_args()
+
+    import torch
+
+    from arft.models.loading import load_model
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model("smollm2-135m-instruct", dtype=args.dtype, device="cpu")
+    work = Workload(tokenizer, args.tasks, args.samples)
+    print(f"model smollm2-135m-instruct {args.dtype}, {args.threads} threads, {len(work.starts)} "
+          f"rollouts x {TURNS} turns, first prompt {len(work.starts[0])} tokens, tool results "
+          f"{len(work.after(0, 0, []))}-{len(work.after(0, TURNS - 2, []))} tokens, up to "
+          f"{args.new_tokens} new tokens a turn", flush=True)
+    med = asyncio.run(compare(model, work, args.new_tokens, args.repeats))
+    print(f"median tok/s: HF generate {med['hf']:.1f} | engine {med['engine']:.1f} | engine+kv "
+          f"{med['engine+kv']:.1f}")
+    print(f"ratio engine+kv / HF generate: {med['engine+kv'] / med['hf']:.2f}x (goal >= 3) | "
+          f"engine+kv / engine: {med['engine+kv'] / med['engine']:.2f}x (goal >= 1.5) | "
+          f"engine / HF: {med['engine'] / med['hf']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
