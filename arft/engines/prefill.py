@@ -20,9 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from arft.engines.prefix_cache import PrefixCache, PrefixEntry, common_prefix
+from arft.engines.prefix_cache import PrefixCache, PrefixEntry, common_prefix, id_array
 
 if TYPE_CHECKING:
     import torch
@@ -60,10 +58,10 @@ def shared_prefix(prompts: list[list[int]], store: PrefixCache | None) -> list[i
     ``SHARED_PREFIX_MIN_TOKENS``); None otherwise."""
     if len(prompts) < 2 or store is None:
         return None
-    first = np.asarray(prompts[0], dtype=np.int64)
+    first = id_array(prompts[0])
     n = min(len(p) for p in prompts) - 1  # every prompt keeps a token of its own to run
     for p in prompts[1:]:
-        n = min(n, common_prefix(first, np.asarray(p, dtype=np.int64)))
+        n = min(n, common_prefix(first, id_array(p)))
     reused = max(store.reusable(p) for p in prompts)
     return prompts[0][:n] if n - reused >= SHARED_PREFIX_MIN_TOKENS else None
 

@@ -27,9 +27,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable, Sequence
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 MB = 1024 * 1024
@@ -114,7 +113,7 @@ class PrefixCache:
             return self._best(prompt)[1]
 
     def _best(self, prompt: Sequence[int]) -> tuple[PrefixEntry | None, int]:
-        ids = np.asarray(prompt, dtype=np.int64)
+        ids = id_array(prompt)
         best, best_len = None, 0
         for entry in self.entries:
             n = common_prefix(entry.ids, ids)
@@ -126,7 +125,7 @@ class PrefixCache:
     def insert(self, ids: Sequence[int], kv: list[tuple["torch.Tensor", "torch.Tensor"]]) -> bool:
         """Keep ``kv`` (already copied: the store owns it) for ``ids``; False when not kept (it
         alone exceeds the budget, or an entry already covers it)."""
-        arr = np.asarray(ids, dtype=np.int64)
+        arr = id_array(ids)
         nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
         if self.budget_bytes <= 0 or nbytes > self.budget_bytes or not len(arr):
             return False
@@ -157,8 +156,17 @@ class PrefixCache:
             self.stats.evicted += 1
 
 
+def id_array(ids: Sequence[int]) -> "np.ndarray":
+    """Token ids as an int64 array (numpy is imported here, not when arft's CLI starts)."""
+    import numpy as np
+
+    return np.asarray(ids, dtype=np.int64)
+
+
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     """Length of the longest common prefix of two id arrays."""
+    import numpy as np
+
     n = min(len(a), len(b))
     if n == 0:
         return 0
