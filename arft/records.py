@@ -62,6 +62,9 @@ class Task(Frozen):
     tools: tuple[dict[str, Any], ...] | None = None
     """Completions-format function schemas; when set, limits which job tools this task may call."""
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    """False: at most one tool call per assistant turn (as the chat-completions parameter);
+    ``None``: the job's ``rollout.parallel_tool_calls``."""
     item: dict[str, Any] = Field(default_factory=dict)
     """Every other key of the row; graders read it as ``{{item.key}}``."""
 

@@ -75,6 +75,10 @@ class RolloutSpec(Spec):
     tool_choice: str | dict[str, Any] = "auto"
     """auto | required | none | a tool name | {"type":"function","function":{"name":...}}, as in
     the hosted API; a row's own ``tool_choice`` wins. auto is passed on as is: the model decides."""
+    parallel_tool_calls: bool = True
+    """Several tool calls may share one assistant turn (they run concurrently), as the hosted
+    API's ``parallel_tool_calls``; false ends a turn at its first call (a row's own
+    ``parallel_tool_calls`` wins)."""
     worked_example: bool = True
     """Show a worked example of a tool call and its result in the tool system block (small
     models call tools only when shown one)."""

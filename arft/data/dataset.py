@@ -1,6 +1,7 @@
 """Load and validate a task dataset: JSONL, one task a line, in the hosted Agent RFT format.
 
-A row is ``{"messages": [...], "tools": [<function schemas>]?, "tool_choice"?, <any other keys>}``.
+A row is ``{"messages": [...], "tools": [<function schemas>]?, "tool_choice"?, "parallel_tool_calls"?,
+<any other keys>}``.
 The other keys (``id`` included) become the task's ``item``, which graders read as
 ``{{item.key}}``. Every problem is reported as ``file:line: reason`` together with what to do;
 all bad rows of a file are reported at once so a user can fix them in one pass, and no row is
@@ -19,7 +20,7 @@ from arft.records import FunctionCall, Message, Task, ToolCall
 ROLES = ("system", "user", "assistant", "tool", "developer")
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
-ROW_SPECIAL_KEYS = ("messages", "tools", "tool_choice")
+ROW_SPECIAL_KEYS = ("messages", "tools", "tool_choice", "parallel_tool_calls")
 MAX_REPORTED = 20
 TOO_DEEP = ("JSON nested too deeply to read (lists or objects about a thousand levels inside "
             "each other); flatten it")
@@ -97,15 +98,19 @@ def _parse_row(line: str, lineno: int, stem: str) -> Task:
     if not isinstance(row, dict):
         raise RowError(f"a row must be a JSON object, got {type(row).__name__}; write "
                        '{"messages": [...], ...} on each line')
-    messages = _parse_messages(row.get("messages"))
-    tools = _parse_tools(row["tools"]) if row.get("tools") is not None else None
+    messages = parse_messages(row.get("messages"))
+    tools = parse_tools(row["tools"]) if row.get("tools") is not None else None
     tool_choice = row.get("tool_choice")
     if tool_choice is not None and not isinstance(tool_choice, (str, dict)):
         raise RowError("'tool_choice' must be a string (auto, none, required, a tool name) or "
                        '{"type": "function", "function": {"name": ...}}')
+    parallel = row.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise RowError(f"'parallel_tool_calls' must be true or false, got {json.dumps(parallel)[:40]}")
     task_id = _task_id(row, lineno, stem)
     item = {k: v for k, v in row.items() if k not in ROW_SPECIAL_KEYS}
-    return Task(id=task_id, messages=messages, tools=tools, tool_choice=tool_choice, item=item)
+    return Task(id=task_id, messages=messages, tools=tools, tool_choice=tool_choice,
+                parallel_tool_calls=parallel, item=item)
 
 
 def _task_id(row: dict[str, Any], lineno: int, stem: str) -> str:
@@ -117,7 +122,8 @@ def _task_id(row: dict[str, Any], lineno: int, stem: str) -> str:
     return str(value)
 
 
-def _parse_messages(raw: Any) -> tuple[Message, ...]:
+def parse_messages(raw: Any) -> tuple[Message, ...]:
+    """Chat-completions messages as records (``RowError`` naming the message and the fault)."""
     if raw is None:
         raise RowError("no 'messages'; every row needs a non-empty list of chat messages")
     if not isinstance(raw, list) or not raw:
@@ -226,7 +232,8 @@ def _arguments(fn: dict[str, Any], where: str) -> str:
                    f"one), got {args!r}")
 
 
-def _parse_tools(raw: Any) -> tuple[dict[str, Any], ...]:
+def parse_tools(raw: Any) -> tuple[dict[str, Any], ...]:
+    """Function tool schemas, normalised to the completions shape (``RowError`` for a bad one)."""
     if not isinstance(raw, list):
         raise RowError("'tools' must be a list of function schemas "
                        '{"type": "function", "function": {"name", "description", "parameters"}}')

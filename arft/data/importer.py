@@ -313,12 +313,19 @@ def assign_splits(rows: list[_Row], fraction: float) -> list[str]:
     return notes
 
 
-def _row_json(row: _Row) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": row.id, "messages": row.record.prompt}
+def _offer(row: _Row, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with the row's tools, forced ``tool_choice`` and ``parallel_tool_calls: false``."""
     if row.tools is not None:
         out["tools"] = row.tools
     if row.tool_choice is not None:
         out["tool_choice"] = row.tool_choice
+    if row.record.parallel_tool_calls is False:
+        out["parallel_tool_calls"] = False
+    return out
+
+
+def _row_json(row: _Row) -> dict[str, Any]:
+    out = _offer(row, {"id": row.id, "messages": row.record.prompt})
     item = row.record.item
     out.update((k, v) for k, v in item.items() if k != "id")
     if "id" in item:  # a dataset row's own id: the row id is the prompt's hash, keep it beside
@@ -327,12 +334,7 @@ def _row_json(row: _Row) -> dict[str, Any]:
 
 
 def _demo_json(row: _Row) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": row.id, "split": row.split, "messages": row.record.conversation}
-    if row.tools is not None:
-        out["tools"] = row.tools
-    if row.tool_choice is not None:
-        out["tool_choice"] = row.tool_choice
-    return out
+    return _offer(row, {"id": row.id, "split": row.split, "messages": row.record.conversation})
 
 
 def _write(out: Path, rows: list[_Row], report: ImportReport) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from arft.data.dataset import (DatasetError, ROLES, RowError, TOO_DEEP, _parse_content,
-                               _parse_tools, check_call, _summarise, _task_id)
+                               parse_tools, check_call, _summarise, _task_id)
 from arft.data.redact import Redactor
 from arft.records import Message, Task
 
@@ -65,6 +65,8 @@ class TrafficRecord:
     tool_choice: str | dict[str, Any] | None
     """Kept only when it was not ``auto``."""
     item: dict[str, Any]
+    parallel_tool_calls: bool | None = None
+    """``False`` when the request turned parallel calls off; else None (the default)."""
     source_id: str | None = None
     """A shape-2/3 line's own ``id`` (a dataset row's task id)."""
 
@@ -175,8 +177,12 @@ def _parse_line(line: bytes, lineno: int, reader: _Reader) -> TrafficRecord:
     item = {k: (reader.redactor.value(v) if reader.redactor else v) for k, v in extras.items()}
     item.update(_items(obj, reader))
     tools, choice = _tools(request, reader)
+    parallel = request.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise RowError(f"'parallel_tool_calls' must be true or false, got {json.dumps(parallel)[:40]}")
     return TrafficRecord(line=lineno, prompt=prompt, conversation=conversation, tools=tools,
-                         tool_choice=choice, item=item, source_id=source_id)
+                         tool_choice=choice, item=item, source_id=source_id,
+                         parallel_tool_calls=False if parallel is False else None)
 
 
 def _logged_call(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -320,7 +326,7 @@ def _tools(request: dict[str, Any], reader: _Reader
     if raw is not None:  # lines of one application repeat a few tool lists: parse each once
         tools = next((parsed for seen, parsed in reader.tools_cache if seen == raw), None)
         if tools is None:
-            tools = list(_parse_tools(raw))
+            tools = list(parse_tools(raw))
             reader.tools_cache.insert(0, (raw, tools))
             del reader.tools_cache[TOOLS_CACHED:]
     choice = request.get("tool_choice", request.get("function_call"))

@@ -37,6 +37,10 @@ class SamplingParams(Frozen):
     look-ahead tokens are dropped and the completion ends at the stop. Lets a model stopped at
     ``</tool_call>`` still put several calls in one turn (parallel calls)."""
     seed: int | None = None
+    parallel_tool_calls: bool = True
+    """Whether one assistant turn may hold several tool calls. A chat engine sends it as the
+    chat-completions field; a token conversation honours it by stopping at the first call (no
+    ``stop_unless_followed_by``)."""
     grammar: ToolGrammar | None = None
     """Constrain the tool calls of this completion (engines with ``supports_constraints``; see
     ``arft.models.constraints``). Text outside calls stays free."""

@@ -96,6 +96,8 @@ class OpenAIEngine:
             body["tools"] = list(tools)
             if tool_choice is not None:
                 body["tool_choice"] = _tool_choice(tool_choice)
+            if not params.parallel_tool_calls:
+                body["parallel_tool_calls"] = False
         return body
 
     async def aclose(self) -> None:

@@ -126,7 +126,8 @@ class TokenConversation:
             "seed": None if self.seed is None else self.seed + self._turns,
             "max_new_tokens": min(self.params.max_new_tokens, room),
             "stop": tuple(dict.fromkeys((*self.params.stop, *self.fmt.stop))),
-            "stop_unless_followed_by": self.fmt.stop_unless_followed_by,
+            # Parallel calls: a stop at a call's close is cancelled when another call follows.
+            "stop_unless_followed_by": self.fmt.stop_unless_followed_by if self.params.parallel_tool_calls else (),
             "grammar": None if self._grammar is None else self._grammar.with_prefill(self._prefill),
         })
         gen = await self.engine.generate(self.token_ids, params)

@@ -97,7 +97,7 @@ class RolloutRunner:
         return cls(
             engine=engine, toolbox=toolbox, grader=grader, chat_format=chat_format, store=store,
             limits=RolloutLimits.from_spec(job.rollout, job.rl.max_steps),
-            params=SamplingParams.from_spec(job.sampling),
+            params=SamplingParams.from_spec(job.sampling, parallel_tool_calls=job.rollout.parallel_tool_calls),
             max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice,
             workspace_root=workspace_root,
             workspace=pattern, base_dir=job.base_dir, concurrency=job.rollout.concurrency,
@@ -105,10 +105,13 @@ class RolloutRunner:
 
     def conversation(self, task: Task, seed: int | None = None) -> Conversation:
         choice = task.tool_choice if task.tool_choice is not None else self.tool_choice
+        params = self.params
+        if task.parallel_tool_calls is not None and task.parallel_tool_calls != params.parallel_tool_calls:
+            params = params.model_copy(update={"parallel_tool_calls": task.parallel_tool_calls})
         if isinstance(self.engine, TokenEngine):
-            return TokenConversation(self.engine, self.chat_format, self.params, self.max_tokens, choice,
+            return TokenConversation(self.engine, self.chat_format, params, self.max_tokens, choice,
                                      seed=seed, constrain=self.constrain)
-        return ChatConversation(self.engine, self.params, self.max_tokens, choice, seed=seed)
+        return ChatConversation(self.engine, params, self.max_tokens, choice, seed=seed)
 
     async def run_one(self, task: Task, sample_index: int, *, run_id: str = "", step: int | None = None,
                       seed: int | None = None) -> Rollout:

@@ -47,6 +47,13 @@ def test_rows_become_tasks_with_item_and_ids(tmp_path: Path) -> None:
     assert tasks[1].messages[1].content == USER["content"]
 
 
+def test_parallel_tool_calls_is_a_row_field_not_an_item_key(tmp_path: Path) -> None:
+    tasks = load_tasks(write_rows(tmp_path / "d.jsonl", [
+        {"messages": [USER], "parallel_tool_calls": False, "answer": "x"}, {"messages": [USER]}]))
+    assert tasks[0].parallel_tool_calls is False and tasks[0].item == {"answer": "x"}
+    assert tasks[1].parallel_tool_calls is None
+
+
 def test_integer_id_becomes_string(tmp_path: Path) -> None:
     tasks = load_tasks(write_rows(tmp_path / "d.jsonl", [{"id": 7, "messages": [USER]}]))
     assert tasks[0].id == "7" and tasks[0].item == {"id": 7}
@@ -121,6 +128,7 @@ def test_few_shot_tool_calls_and_tool_messages(tmp_path: Path) -> None:
         "name": "f", "parameters": "object"}}]}, "must be a JSON schema object"),
     ({"messages": [USER], "tools": [LOOKUP, LOOKUP]}, "more than once"),
     ({"messages": [USER], "tool_choice": 3}, "'tool_choice' must be"),
+    ({"messages": [USER], "parallel_tool_calls": "false"}, "'parallel_tool_calls' must be true or false"),
     ({"messages": [USER], "id": ""}, "'id' must be"),
     ({"messages": [USER], "id": [1]}, "'id' must be"),
 ])

@@ -116,7 +116,32 @@ def test_bare_assistant_response_plain_request_and_fine_tuning_row(tmp_path: Pat
     assert b.tool_choice == "required"
     assert c.prompt == [user("a\nb")] and len(c.conversation) == 4
     assert c.conversation[1]["tool_calls"][0]["function"]["arguments"] == '{"order_id": "Z"}'
-    assert c.item == {}  # parallel_tool_calls is a request parameter
+    assert c.item == {}  # parallel_tool_calls is a request parameter...
+    assert c.parallel_tool_calls is False and a.parallel_tool_calls is b.parallel_tool_calls is None
+
+
+def test_parallel_tool_calls_off_reaches_rows_and_demos_and_a_bad_value_is_a_bad_line(
+        tmp_path: Path) -> None:
+    off = {"messages": [SYSTEM, user("one at a time"), call("c1", "lookup_order", {"order_id": "Q"}),
+                        tool("c1", "ok"), {"role": "assistant", "content": "done"}],
+           "tools": [LOOKUP], "parallel_tool_calls": False}
+    on = {"messages": [SYSTEM, user("any way you like")], "tools": [LOOKUP], "parallel_tool_calls": True}
+    bad = {"messages": [SYSTEM, user("bad")], "parallel_tool_calls": "no"}
+    out = tmp_path / "out"
+    report = import_traffic(write(tmp_path / "t.jsonl", [off, on, bad]), out)
+    assert report.bad_lines == 1 and "t.jsonl:3: 'parallel_tool_calls' must be true or false" \
+        in report.errors[0]
+    rows = {r["messages"][1]["content"]: r for f in ("train", "validation")
+            for r in jsonl(out / f"{f}.jsonl")}
+    assert rows["one at a time"]["parallel_tool_calls"] is False
+    assert "parallel_tool_calls" not in rows["any way you like"]  # true is the default: not written
+    tasks = {t.messages[1].content: t for f in ("train", "validation")
+             for t in load_tasks(out / f"{f}.jsonl")}
+    assert tasks["one at a time"].parallel_tool_calls is False
+    assert "parallel_tool_calls" not in tasks["one at a time"].item  # a row field, not an item key
+    assert tasks["any way you like"].parallel_tool_calls is None
+    (demo,) = jsonl(out / "demos.jsonl")
+    assert demo["parallel_tool_calls"] is False
 
 
 def test_legacy_functions_and_function_call_are_converted(tmp_path: Path) -> None:

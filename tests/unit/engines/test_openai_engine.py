@@ -105,8 +105,17 @@ async def test_omits_tools_tool_choice_and_seed_when_unset(fake: tuple[Fake, str
     await eng.chat(CONVERSATION[:2], [], "required", sampling())
     await eng.chat(CONVERSATION[:2], [WEATHER], "weather", sampling())
     await eng.aclose()
-    assert not {"tools", "tool_choice", "seed", "stop"} & set(script.bodies[0])
+    assert not {"tools", "tool_choice", "seed", "stop", "parallel_tool_calls"} & set(script.bodies[0])
     assert script.bodies[1]["tool_choice"] == {"type": "function", "function": {"name": "weather"}}
+    assert "parallel_tool_calls" not in script.bodies[1]  # the API's default (true) is not sent
+
+
+async def test_parallel_tool_calls_off_is_sent(fake: tuple[Fake, str]) -> None:
+    script, url = fake
+    eng = engine(url)
+    await eng.chat(CONVERSATION[:2], [WEATHER], "auto", sampling(parallel_tool_calls=False))
+    await eng.aclose()
+    assert script.bodies[0]["parallel_tool_calls"] is False
 
 
 async def test_retries_5xx_429_and_garbage_then_succeeds(fake: tuple[Fake, str]) -> None:

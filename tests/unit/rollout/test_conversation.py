@@ -185,6 +185,22 @@ async def test_forced_tool_choice_holds_for_the_first_turn_only(tokenizer: Any, 
     assert r.loss_mask[r.prompt_len - len(prefill_ids):r.prompt_len] == (0,) * len(prefill_ids)
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+async def test_parallel_tool_calls_off_ends_each_turn_at_its_first_call(tokenizer: Any, parallel: bool) -> None:
+    """With parallel calls the engine is asked to go on after a call's close when another call
+    follows; without, the close ends the turn (the engine's stop rules: test_decode_rows)."""
+    tool, _ = stamp_tool()
+    replies = iter([call("lookup", key="a"), "Done." + EOS])
+    rec = Recorder(ScriptedEngine(tokenizer, lambda _ids: next(replies)))
+    conv = TokenConversation(rec, ChatFormat(tokenizer), sampling(max_new_tokens=200, parallel_tool_calls=parallel),
+                             max_tokens=4096)
+    r = await run_rollout(conv, task(), {tool.name: tool}, limits())
+    assert r.status == "ok" and len(rec.params) == 2
+    assert all("</tool_call>" in p.stop for p in rec.params)
+    expected = ("<tool_call>",) if parallel else ()
+    assert [p.stop_unless_followed_by for p in rec.params] == [expected, expected]
+
+
 def chat_app(bodies: list[dict[str, Any]]) -> FastAPI:
     """An OpenAI-compatible fake: a lookup call first, then an answer naming the tool's output."""
 

@@ -254,3 +254,15 @@ async def test_when_one_rollout_raises_the_others_stop(tmp_path: Path, tokenizer
                 break
             await asyncio.sleep(0.1)
         assert finished == [] and done == [] and store.rollouts("r") == []
+
+
+@pytest.mark.parametrize("job_parallel", [True, False])
+async def test_a_rows_parallel_tool_calls_wins_over_the_jobs(tmp_path: Path, tokenizer: Any,
+                                                             job_parallel: bool) -> None:
+    runner = RolloutRunner.from_job(job(tmp_path, parallel_tool_calls=job_parallel),
+                                    ScriptedEngine(tokenizer, lambda _ids: "hi" + EOS), Toolbox(), RecordingGrader())
+    plain, = tasks(1)
+    assert runner.conversation(plain).params.parallel_tool_calls is job_parallel
+    for row in (True, False):
+        own = plain.model_copy(update={"parallel_tool_calls": row})
+        assert runner.conversation(own).params.parallel_tool_calls is row
