@@ -3,6 +3,7 @@ judges, tests and benchmarks share this one mechanism."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
@@ -15,6 +16,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def port_problem(host: str, port: int, hint: str = "") -> str | None:
+    """Why ``host:port`` cannot be listened on, or None: checked up front so a command can give
+    a clear message rather than uvicorn's bind error after start-up (``hint``: who may hold it)."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                who = f" ({hint})" if hint else ""
+                return f"port {port} on {host} is already in use{who}; pass a free one with --port"
+            return f"cannot listen on {host}:{port} ({e}); pass another --host or --port"
+    return None
 
 
 @contextmanager

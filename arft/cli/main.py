@@ -21,6 +21,7 @@ from arft.cli.grader_cmd import grader_app
 from arft.cli.import_cmd import import_cmd
 from arft.cli.merge_cmd import merge_cmd
 from arft.cli.report_cmd import report_cmd
+from arft.cli.serve_cmd import serve_cmd
 from arft.cli.sft_cmd import sft_cmd
 from arft.cli.show_cmd import show_cmd
 from arft.cli.train_cmd import train_cmd
@@ -33,6 +34,7 @@ COMMANDS: list[tuple[str, Callable[..., None]]] = [
     ("train", train_cmd),
     ("sft", sft_cmd),
     ("merge", merge_cmd),
+    ("serve", serve_cmd),
     ("show", show_cmd),
     ("export", export_cmd),
     ("grade", grade_cmd),

@@ -6,28 +6,13 @@ the command so `arft --help` stays instant.
 
 from __future__ import annotations
 
-import errno
-import socket
 from pathlib import Path
 
 import typer
 
 from arft.cli.console import console, fail
+from arft.serving import port_problem
 from arft.tracing.store import StoreError
-
-
-def _port_problem(host: str, port: int) -> str | None:
-    """Why ``host:port`` cannot be listened on, or None: checked up front so the user gets a
-    clear message rather than uvicorn's bind error after start-up."""
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return (f"port {port} on {host} is already in use (another `arft view`?); "
-                        "pass a free one with --port")
-            return f"cannot listen on {host}:{port} ({e}); pass another --host or --port"
-    return None
 
 
 def view_cmd(
@@ -44,7 +29,7 @@ def view_cmd(
         app = create_app(run_dir.resolve())
     except StoreError as e:
         fail(str(e))
-    problem = _port_problem(host, port)
+    problem = port_problem(host, port, "another `arft view`?")
     if problem:
         fail(problem)
     console.print(f"viewing [bold]{run_dir}[/] at [bold]http://{host}:{port}/[/]  "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
 
-from arft.models.constraints import ToolGrammar
+from arft.models.constraints import Grammar
 from arft.records import Frozen, Message
 
 if TYPE_CHECKING:
@@ -41,9 +41,10 @@ class SamplingParams(Frozen):
     """Whether one assistant turn may hold several tool calls. A chat engine sends it as the
     chat-completions field; a token conversation honours it by stopping at the first call (no
     ``stop_unless_followed_by``)."""
-    grammar: ToolGrammar | None = None
-    """Constrain the tool calls of this completion (engines with ``supports_constraints``; see
-    ``arft.models.constraints``). Text outside calls stays free."""
+    grammar: Grammar | None = None
+    """Constrain the tool calls of this completion (a ``ToolGrammar``: text outside calls stays
+    free) or the whole completion as JSON (a ``JsonGrammar``); engines with
+    ``supports_constraints``, see ``arft.models.constraints``."""
 
     @classmethod
     def from_spec(cls, spec: SamplingSpec, **request: Any) -> SamplingParams:

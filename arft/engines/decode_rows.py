@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from arft.engines.base import Generation, SamplingParams
 from arft.engines.grammar import ToolCallMasker
@@ -32,7 +32,19 @@ class Request:
     loop: asyncio.AbstractEventLoop
     matcher: Any = None
     """The grammar matcher of a constrained request (advanced through its prefill)."""
+    on_tokens: Callable[[tuple[int, ...]], None] | None = None
+    """Streaming: called on the caller's event loop with each run of newly settled token ids."""
     delivered: bool = False
+
+    def stream(self, tokens: tuple[int, ...]) -> None:
+        """Hand newly settled tokens to ``on_tokens`` (safe from any thread; they arrive before
+        the result, in order)."""
+        if self.on_tokens is None or self.delivered or not tokens:
+            return
+        try:
+            self.loop.call_soon_threadsafe(self.on_tokens, tokens)
+        except RuntimeError:
+            pass  # the caller's event loop is closed
 
     def deliver(self, outcome: Generation | BaseException) -> None:
         """Hand a result to the waiting caller, once (safe from any thread)."""
@@ -62,6 +74,15 @@ class Row:
     """Stop strings are looked for only in tokens from here on (after a cancelled stop)."""
     stop_at: int | None = None
     """While looking ahead after a stop: the number of tokens up to and including the stop."""
+    streamed: int = 0
+    """Tokens already handed to the request's ``on_tokens``."""
+
+    def stream_settled(self) -> None:
+        """Stream the tokens no look-ahead can take back: all of them, or up to a pending stop."""
+        settled = len(self.tokens) if self.stop_at is None else self.stop_at
+        if settled > self.streamed:
+            self.request.stream(tuple(self.tokens[self.streamed:settled]))
+            self.streamed = settled
 
     @property
     def next_position(self) -> int:

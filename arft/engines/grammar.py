@@ -1,4 +1,5 @@
-"""Token masks for ``ToolGrammar`` constraints, with xgrammar (the grammar engine vLLM uses).
+"""Token masks for ``ToolGrammar`` constraints (and whole-reply ``JsonGrammar``s), with xgrammar
+(the grammar engine vLLM uses).
 
 ``ToolCallMasker`` belongs to one engine (one tokenizer and vocabulary):
 
@@ -32,7 +33,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from arft.models.constraints import ConstraintError, GrammarTool, ToolGrammar, with_search_patterns
+from arft.models.constraints import ConstraintError, Grammar, GrammarTool, JsonGrammar, ToolGrammar, with_search_patterns
 
 if TYPE_CHECKING:
     import torch
@@ -73,20 +74,22 @@ class ToolCallMasker:
             self._compiler = xgr.GrammarCompiler(info, cache_enabled=True)
         return self._compiler
 
-    def compile(self, grammar: ToolGrammar) -> Any:
-        """The compiled grammar of ``grammar``'s toolset (cached)."""
+    def compile(self, grammar: Grammar) -> Any:
+        """The compiled grammar of ``grammar``'s toolset, or of its JSON reply (cached)."""
         key = grammar.key()
         with self._lock:
             compiled = self._compiled.get(key)
             if compiled is not None:
                 return compiled
             compiler = self._get_compiler()
-            tag = structural_tag(grammar)
-            try:
-                compiled = compiler.compile_structural_tag(tag)
-            except Exception as e:  # noqa: BLE001 - the tools' grammars converted: the syntax is bad
-                raise ConstraintError(f"the tool-call grammar did not compile ({e}); check the tool "
-                                      "names and the chat format's call syntax") from e
+            if isinstance(grammar, JsonGrammar):
+                compiled = _compile_json(compiler, grammar)
+            else:
+                try:
+                    compiled = compiler.compile_structural_tag(structural_tag(grammar))
+                except Exception as e:  # noqa: BLE001 - the tools' grammars converted: the syntax is bad
+                    raise ConstraintError(f"the tool-call grammar did not compile ({e}); check the "
+                                          "tool names and the chat format's call syntax") from e
             if len(self._compiled) >= _CACHE_SIZE:
                 self._compiled.pop(next(iter(self._compiled)))
             self._compiled[key] = compiled
@@ -160,6 +163,19 @@ class ToolCallMasker:
                     f"token {token} ({self.tokenizer.decode([int(token)])!r}) was sampled outside the "
                     "tool-call grammar's mask: this is a bug in arft's masking, please report it")
         self.mask_s += time.perf_counter() - start
+
+
+def _compile_json(compiler: Any, grammar: JsonGrammar) -> Any:
+    """A whole-reply JSON grammar, in canonical spacing (``ConstraintError`` naming the schema)."""
+    try:
+        if grammar.json_schema is None:
+            return compiler.compile_builtin_json_grammar()
+        return compiler.compile_json_schema(json.dumps(with_search_patterns(grammar.json_schema)),
+                                            any_whitespace=False, separators=(", ", ": "), strict_mode=True)
+    except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError alike
+        reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise ConstraintError(f"{grammar.name}: the JSON schema cannot be compiled for constrained "
+                              f"decoding ({reason}); fix that part of the schema") from e
 
 
 def structural_tag(grammar: ToolGrammar) -> dict[str, Any]:

@@ -25,7 +25,11 @@ class ScriptedEngine:
         self._cache: dict[str, list[int]] = {}
         self.calls = 0
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+    supports_streaming = True
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
+                       on_tokens: Callable[[tuple[int, ...]], None] | None = None) -> Generation:
+        """The next reply; ``on_tokens`` (streaming) gets its ids one token at a time."""
         self.calls += 1
         text = self._replies(prompt_ids)
         ids = self._cache.get(text)
@@ -39,6 +43,8 @@ class ScriptedEngine:
             finish = "eos"
         elif any(text.endswith(s) for s in params.stop):
             finish = "stop"
+        for token in ids if on_tokens is not None else ():
+            on_tokens((token,))
         return Generation(token_ids=tuple(ids), logprobs=(0.0,) * len(ids), text=text,
                           finish_reason=finish)  # type: ignore[arg-type]
 

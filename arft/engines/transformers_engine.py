@@ -43,7 +43,7 @@ import asyncio
 import collections
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.decode_rows import FinishRules, Request, Row, generation, new_row
@@ -53,7 +53,7 @@ from arft.engines.kv_batch import KVBatch, growing_layer
 from arft.engines.prefill import PrefillPlan, distinct, plan, shared_prefix
 from arft.engines.prefix_cache import MB, PrefixCache, weights_fingerprint
 from arft.engines.sampling import sample_rows
-from arft.models.constraints import ToolGrammar
+from arft.models.constraints import Grammar
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +99,7 @@ class TransformersEngine:
 
     supports_constraints = True
 
-    def check_grammar(self, grammar: ToolGrammar) -> None:
+    def check_grammar(self, grammar: Grammar) -> None:
         """Compile ``grammar`` now (it is cached for the requests that use it), so a schema the
         constraint cannot enforce fails before any rollout (``ConstraintError``)."""
         self.masker.compile(grammar)
@@ -152,8 +152,13 @@ class TransformersEngine:
 
     # ----------------------------------------------------------------- event-loop side
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        """Sample a completion of ``prompt_ids``; concurrent calls share forward passes."""
+    supports_streaming = True
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
+                       on_tokens: Callable[[tuple[int, ...]], None] | None = None) -> Generation:
+        """Sample a completion of ``prompt_ids``; concurrent calls share forward passes.
+        ``on_tokens`` (streaming) gets, on this event loop and before the result, each run of new
+        settled token ids (a look-ahead past a stop string waits until it is kept or dropped)."""
         if self._closed:
             raise EngineError("the transformers engine is closed: create a new engine to generate")
         prompt = self._check_prompt(prompt_ids)
@@ -164,7 +169,7 @@ class TransformersEngine:
             matcher = self.masker.matcher(self.masker.compile(params.grammar), params.grammar.prefill)
         loop = asyncio.get_running_loop()
         self._ensure_batcher(loop)
-        request = Request(prompt, params, loop.create_future(), loop, matcher)
+        request = Request(prompt, params, loop.create_future(), loop, matcher, on_tokens)
         with self._lock:
             self._inbox.append(request)
         assert self._wakeup is not None
@@ -218,7 +223,6 @@ class TransformersEngine:
                     for request in self._take(len(self._inbox)):
                         self._deliver(request, EngineError(f"could not start generation ({e}): "
                                                            "keep the event loop running and retry"))
-
 
     def _deliver(self, request: Request, outcome: Generation | BaseException) -> None:
         """Hand a result to the waiting caller (safe from any thread)."""
@@ -343,7 +347,6 @@ class TransformersEngine:
                          **{self._cache_kwarg: batch.cache}, **self._forward_kwargs)
         return out.logits[:, -1, :]
 
-
     def _accept(self, rows: list[Row], logits: "torch.Tensor") -> None:
         """Sample one token per row, record it and decide whether the row is finished."""
         import torch
@@ -372,9 +375,9 @@ class TransformersEngine:
             if row.request.matcher is not None:
                 row.constrained.append(limited)
             row.finish = self._finish_rules.finish_reason(row)
+            row.stream_settled()
         self.stats.generated_tokens += len(rows)
         self.stats.constrained_tokens += sum(constrained)
-
 
     def _retire(self, batch: KVBatch) -> KVBatch | None:
         """Answer finished rows, drop them and rows whose caller gave up; ``None`` when empty."""

@@ -90,6 +90,27 @@ class ToolGrammar(Frozen):
         return self if prefill == self.prefill else self.model_copy(update={"prefill": prefill})
 
 
+class JsonGrammar(Frozen):
+    """A whole reply that is one JSON value (chat-completions ``response_format``): valid against
+    ``json_schema`` (``type: json_schema``), or any JSON object (None: ``type: json_object``)."""
+
+    json_schema: dict[str, Any] | None = None
+    name: str = "response_format"
+    """Names the schema in errors (``response_format.json_schema.name``)."""
+    prefill: str = ""
+
+    def key(self) -> str:
+        """Identifies the compiled grammar."""
+        return json.dumps({"json": self.json_schema}, sort_keys=True)
+
+    def with_prefill(self, prefill: str) -> "JsonGrammar":
+        return self if prefill == self.prefill else self.model_copy(update={"prefill": prefill})
+
+
+Grammar = ToolGrammar | JsonGrammar
+"""What a request may be constrained by: its tool calls, or its whole reply as JSON."""
+
+
 def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
     """``(path, keyword)`` for every keyword of every (sub)schema of ``schema``."""
     if not isinstance(schema, Mapping):
@@ -107,18 +128,21 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _walk(value, where)
 
 
-def check_schema(tool: str, schema: Any) -> None:
-    """Raise ``ConstraintError`` when ``schema`` uses a keyword the constraint cannot enforce."""
+def check_schema(tool: str, schema: Any, subject: str | None = None) -> None:
+    """Raise ``ConstraintError`` when ``schema`` uses a keyword the constraint cannot enforce.
+    ``subject`` names a schema that is not a tool's (``response_format 'x'``) in the message."""
+    who = subject or f"tool '{tool}'"
+    undo = ("" if subject else ", or turn constraints off for this job (rollout.constrained_tool_calls: "
+            "false) and remove \"strict\": true from the tool")
     if not isinstance(schema, Mapping):
-        raise ConstraintError(f"tool '{tool}': its parameters schema must be a JSON object, got "
-                              f"{type(schema).__name__}: fix the tool's schema")
+        raise ConstraintError(f"{who}: its parameters schema must be a JSON object, got "
+                              f"{type(schema).__name__}: fix the schema")
     for path, keyword in _walk(schema, "#"):
         if keyword not in ENFORCED_KEYWORDS and keyword not in ANNOTATION_KEYWORDS:
             raise ConstraintError(
-                f"tool '{tool}': the schema keyword '{keyword}' (at {path}) cannot be enforced by "
+                f"{who}: the schema keyword '{keyword}' (at {path}) cannot be enforced by "
                 "constrained decoding; rewrite the schema without it (enforced keywords: "
-                f"{', '.join(sorted(ENFORCED_KEYWORDS))}), or turn constraints off for this job "
-                "(rollout.constrained_tool_calls: false) and remove \"strict\": true from the tool")
+                f"{', '.join(sorted(ENFORCED_KEYWORDS))}){undo}")
 
 
 def search_pattern(pattern: str) -> str:

@@ -27,9 +27,11 @@ def run_job(run_dir: Path) -> JobSpec:
     return JobSpec.model_validate(runs[0]["job"])
 
 
-def merge_run(run_dir: Path, out_dir: Path, model: Any = None, tokenizer: Any = None) -> Path:
-    """Write the merged model of ``run_dir``'s latest checkpoint to ``out_dir``."""
-    import torch
+def tuned_model(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tuple[JobSpec, Any, Any]:
+    """``(job, model, tokenizer)``: ``run_dir``'s latest checkpoint applied to its base model, the
+    LoRA adapter merged in, in float32 on the CPU (``model``/``tokenizer``: a base already loaded).
+
+    Raises ``ValueError`` for a directory without a training run or without a checkpoint."""
     from safetensors.torch import load_file
 
     from arft.models.loading import load_model
@@ -48,10 +50,16 @@ def merge_run(run_dir: Path, out_dir: Path, model: Any = None, tokenizer: Any = 
         from peft import set_peft_model_state_dict
 
         set_peft_model_state_dict(policy, state)
-        merged = policy.merge_and_unload()
-    else:
-        policy.load_state_dict(state)
-        merged = policy
+        return job, policy.merge_and_unload().eval(), tokenizer
+    policy.load_state_dict(state)
+    return job, policy.eval(), tokenizer
+
+
+def merge_run(run_dir: Path, out_dir: Path, model: Any = None, tokenizer: Any = None) -> Path:
+    """Write the merged model of ``run_dir``'s latest checkpoint to ``out_dir``."""
+    import torch
+
+    _, merged, tokenizer = tuned_model(run_dir, model, tokenizer)
     merged = merged.to(torch.bfloat16)
     merged.config.torch_dtype = torch.bfloat16
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ import sys
 from arft.cli.main import COMMANDS, GROUPS
 from tests.unit.cli.runner import invoke
 
-EVERY_COMMAND = ["import", "eval", "train", "sft", "merge", "show", "export", "grade", "doctor", "view", "report",
+EVERY_COMMAND = ["import", "eval", "train", "sft", "merge", "serve", "show", "export", "grade", "doctor", "view", "report",
                  "grader"]
 # Packages that take seconds to import (or pull a GPU stack): only the commands that run them
 # may import them, never `arft --help`.

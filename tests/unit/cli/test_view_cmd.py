@@ -1,14 +1,14 @@
-"""`arft view`'s up-front port check (serving itself: tests/unit/report/test_viewer.py)."""
+"""The up-front port check of `arft view` and `arft serve` (serving itself: tests/unit/report/test_viewer.py)."""
 
 from __future__ import annotations
 
 import socket
 
-from arft.cli.view_cmd import _port_problem
+from arft.serving import port_problem
 
 
 def test_a_free_port_has_no_problem() -> None:
-    assert _port_problem("127.0.0.1", 0) is None
+    assert port_problem("127.0.0.1", 0) is None
 
 
 def test_a_busy_port_says_to_pass_another() -> None:
@@ -16,6 +16,6 @@ def test_a_busy_port_says_to_pass_another() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        problem = _port_problem("127.0.0.1", port)
+        problem = port_problem("127.0.0.1", port, "another `arft view`?")
     assert problem == (f"port {port} on 127.0.0.1 is already in use (another `arft view`?); "
                        "pass a free one with --port")

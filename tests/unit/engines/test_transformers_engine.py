@@ -190,6 +190,28 @@ async def test_stop_unless_followed_by(engine: TransformersEngine, tokenizer: An
     assert len(other.logprobs) == len(other.token_ids)
 
 
+async def test_streamed_tokens_are_the_generation_and_never_a_dropped_look_ahead(
+        engine: TransformersEngine, tokenizer: Any) -> None:
+    """``on_tokens`` gets the tokens as they are sampled (many calls, in order, before the result);
+    tokens sampled after a stop to look ahead are held back, and never streamed when dropped."""
+    p = prompts(1, seed=4)[0]
+    params = sampling(temperature=1.0, max_new_tokens=20, seed=7)
+    free = await engine.generate(p, params)
+    stop = tokenizer.decode(list(free.token_ids[5:7]))
+    end = next(j for j in range(1, 21) if stop in tokenizer.decode(list(free.token_ids[:j])))
+    follows = tokenizer.decode(list(free.token_ids[end:])).lstrip()[:3]
+    cases = [params,  # no stop
+             params.model_copy(update={"stop": (stop,), "stop_unless_followed_by": (follows,)}),
+             params.model_copy(update={"stop": (stop,), "stop_unless_followed_by": ("\u2603never-follows",)})]
+    for case in cases:
+        chunks: list[tuple[int, ...]] = []
+        gen = await engine.generate(p, case, on_tokens=chunks.append)
+        assert [t for c in chunks for t in c] == list(gen.token_ids)
+        assert len(chunks) > 1 and all(chunks)
+    assert gen.finish_reason == "stop" and gen.token_ids == free.token_ids[:end]  # the look-ahead dropped
+    assert engine.supports_streaming
+
+
 @pytest.fixture(scope="module")
 def eos_model(tokenizer: Any) -> Any:
     """A tiny model whose lm_head favours eos after a few tokens' worth of noise."""

@@ -1,0 +1,371 @@
+"""OpenAI chat completions over a token engine: one request in, one assistant message out.
+
+``ChatRequest`` is the request body of ``POST /v1/chat/completions`` (the fields arft honours;
+any other field is refused by name rather than silently ignored, except the bookkeeping fields
+listed in ``IGNORED``). A request is turned into the same things a rollout uses:
+
+* the prompt: ``ChatFormat.render_prompt`` of the messages, the tools and ``tool_choice`` (with
+  the prefilled start of a forced call), so a tuned agent sees exactly the prompt it was trained
+  on;
+* the sampling: ``SamplingParams`` with the chat format's stop at a call's close, parallel calls
+  unless ``parallel_tool_calls`` is false, and the tool-call grammar when the served model is
+  constrained (``ServedModel.constrain``) or a tool is ``"strict": true``;
+* the reply: ``ChatFormat.parse`` splits the sampled text into content and ``tool_calls``.
+
+A turn whose call block could not be parsed (cut by ``max_tokens``, say) is returned as plain
+content, exactly as written, with no ``tool_calls``: nothing is repaired or dropped.
+``stream_chunks`` yields the same reply as ``chat.completion.chunk`` objects (``StreamSplitter``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from arft.data.dataset import RowError, parse_messages, parse_tools
+from arft.engines.base import Generation, SamplingParams, TokenEngine, supports_constraints
+from arft.models.chat import ChatFormat, Rendered
+from arft.models.constraints import ConstraintError, Grammar, JsonGrammar, check_schema
+from arft.models.tool_prompt import ChatFormatError, parse_tool_choice
+from arft.models.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, strip_end_of_turn
+
+IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key",
+                     "safety_identifier", "stream_options", "reasoning_effort", "verbosity"})
+"""Request fields that change nothing here (bookkeeping, or effort for reasoning models)."""
+_NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "top_logprobs": None}
+"""Fields arft cannot honour: accepted only at their neutral value."""
+_MESSAGE_NOISE = ("refusal", "annotations", "audio", "function_call", "reasoning_content")
+"""Keys an OpenAI client sends back on assistant messages it got from a server (mostly null)."""
+
+
+class ChatRequestError(ValueError):
+    """A request arft cannot serve: HTTP 400 (or ``status``) with the field named in ``param``."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.status, self.code = param, status, code
+
+
+class ChatRequest(BaseModel):
+    """The body of ``POST /v1/chat/completions`` (chat-completions fields arft honours)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    messages: list[Any]
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int = Field(1, ge=1, le=16)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool = False
+
+    def check_fields(self) -> None:
+        """Refuse fields arft would otherwise ignore (``ChatRequestError`` naming the field)."""
+        for key, value in (self.model_extra or {}).items():
+            if key in IGNORED:
+                continue
+            if key in _NEUTRAL:
+                if value in (_NEUTRAL[key], None, {}):
+                    continue
+                raise ChatRequestError(f"'{key}' is not supported by arft serve; leave it out", key)
+            raise ChatRequestError(f"unrecognized request argument supplied: {key}", key)
+        if self.stream and self.n > 1:
+            raise ChatRequestError("n > 1 cannot be streamed here: send n requests, or stream: false", "n")
+
+
+@dataclass
+class ServedModel:
+    """One model name the server answers to: a token engine and the chat format it was trained in."""
+
+    name: str
+    engine: TokenEngine
+    fmt: ChatFormat
+    constrain: bool = True
+    """Hold every tool call to its tool's schema (as the rollouts that trained it were); without
+    it only ``"strict": true`` tools are."""
+    max_tokens: int = 1024
+    """Default and ceiling of ``max_tokens`` per reply."""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+@dataclass
+class Prepared:
+    """A request as the engine sees it."""
+
+    rendered: Rendered
+    params: SamplingParams
+    choice: Any
+    user_stops: tuple[str, ...]
+
+
+def prepare(model: ServedModel, req: ChatRequest) -> Prepared:
+    """Check ``req`` and render it for ``model`` (``ChatRequestError`` naming the bad field)."""
+    req.check_fields()
+    messages = _parsed(lambda: parse_messages([_clean(m) for m in req.messages]), "messages")
+    tools = list(_parsed(lambda: parse_tools(req.tools), "tools")) if req.tools else []
+    choice = req.tool_choice if req.tool_choice is not None else ("auto" if tools else "none")
+    stops = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    if len(stops) > 4 or not all(stops):
+        raise ChatRequestError("'stop' takes up to 4 non-empty strings", "stop")
+    wanted = req.max_completion_tokens or req.max_tokens or model.max_tokens
+    if wanted > model.max_tokens:
+        raise ChatRequestError(f"max_tokens {wanted} is above this server's limit of {model.max_tokens} "
+                               "(arft serve --max-tokens)", "max_tokens")
+    try:
+        kind = parse_tool_choice(choice)[0]
+        rendered = model.fmt.render_prompt(messages, tools, choice)
+    except ChatFormatError as e:
+        raise ChatRequestError(str(e), "tool_choice") from None
+    grammar: Grammar | None = json_grammar(model, req.response_format, bool(tools) and kind != "none")
+    try:
+        if grammar is None and tools and kind != "none" and supports_constraints(model.engine):
+            grammar = model.fmt.tool_grammar(tools, model.constrain)
+        if grammar is not None:
+            model.engine.check_grammar(grammar)  # type: ignore[attr-defined]
+            grammar = grammar.with_prefill(rendered.prefill)
+    except ConstraintError as e:
+        raise ChatRequestError(str(e), "response_format" if isinstance(grammar, JsonGrammar) else "tools") from None
+    params = SamplingParams(
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p, top_k=0, max_new_tokens=wanted,
+        stop=tuple(dict.fromkeys((*stops, *model.fmt.stop))),
+        stop_unless_followed_by=model.fmt.stop_unless_followed_by if req.parallel_tool_calls else (),
+        seed=req.seed, parallel_tool_calls=req.parallel_tool_calls, grammar=grammar)
+    return Prepared(rendered, params, "none" if isinstance(grammar, JsonGrammar) else choice, stops)
+
+
+def json_grammar(model: ServedModel, response_format: dict[str, Any] | None, calls: bool) -> JsonGrammar | None:
+    """The whole-reply grammar of ``response_format`` (None for ``text``); ``calls``: the request
+    may call tools, which a JSON reply cannot."""
+    kind = (response_format or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind not in ("json_object", "json_schema"):
+        raise ChatRequestError(f"response_format type {kind!r} is unknown: use text, json_object or "
+                               "json_schema", "response_format")
+    if calls:
+        raise ChatRequestError("a JSON response_format and tool calls cannot be combined in one "
+                               "request: send tool_choice 'none', or leave response_format out", "response_format")
+    if not supports_constraints(model.engine):
+        raise ChatRequestError(f"the engine serving {model.name!r} cannot constrain a reply to JSON: "
+                               "leave response_format out", "response_format")
+    if kind == "json_object":
+        return JsonGrammar()
+    spec = (response_format or {}).get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        raise ChatRequestError("response_format json_schema needs {\"name\": ..., \"schema\": {...}}",
+                               "response_format")
+    name = f"response_format {spec.get('name', 'schema')!r}"
+    try:
+        check_schema(name, spec["schema"], subject=name)
+    except ConstraintError as e:
+        raise ChatRequestError(str(e), "response_format") from None
+    return JsonGrammar(json_schema=spec["schema"], name=name)
+
+
+def _parsed(parse: Callable[[], Any], param: str) -> Any:
+    """``parse()``, with the dataset checks' ``RowError`` as a ``ChatRequestError`` on ``param``."""
+    try:
+        return parse()
+    except RowError as e:
+        raise ChatRequestError(str(e), param) from None
+
+
+def _clean(message: Any) -> Any:
+    """A message without the null / server-only keys clients echo back (``refusal``, ...)."""
+    if not isinstance(message, dict):
+        return message
+    return {k: v for k, v in message.items() if v is not None and k not in _MESSAGE_NOISE}
+
+
+def reply_message(model: ServedModel, prep: Prepared, gen: Generation,
+                  call_ids: list[str] | None = None) -> tuple[dict[str, Any], str]:
+    """``(assistant message dict, finish_reason)`` of a generation (see the module docstring).
+    ``call_ids``: ids already streamed for the first calls, kept."""
+    text = gen.text
+    for stop in prep.user_stops:  # the caller's stop sequence is not part of the answer
+        if gen.finish_reason == "stop" and text.endswith(stop):
+            text = text[: -len(stop)]
+    parsed = model.fmt.parse(prep.rendered.prefill, text, prep.choice)
+    if parsed.errors:  # an unreadable call block: the turn as written, nothing repaired
+        raw = strip_end_of_turn(prep.rendered.prefill + text, END_OF_TURN_MARKERS).strip()
+        return {"role": "assistant", "content": raw or None}, "length" if gen.finish_reason == "length" else "stop"
+    calls = []
+    for i, call in enumerate(parsed.tool_calls):
+        cid = call_ids[i] if call_ids and i < len(call_ids) else call.id
+        calls.append({"id": cid, "type": "function",
+                      "function": {"name": call.function.name, "arguments": call.function.arguments}})
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if calls:
+        message["tool_calls"] = calls
+        return message, "tool_calls"
+    return message, "length" if gen.finish_reason == "length" else "stop"
+
+
+def _logprobs(model: ServedModel, gen: Generation) -> dict[str, Any]:
+    tok = model.fmt.tokenizer
+    content = []
+    for token, lp in zip(gen.token_ids, gen.logprobs):
+        text = tok.decode([token])
+        content.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
+    return {"content": content}
+
+
+async def complete(model: ServedModel, req: ChatRequest) -> dict[str, Any]:
+    """The ``chat.completion`` answer to ``req`` (``n`` choices sampled concurrently)."""
+    prep = prepare(model, req)
+    params = [prep.params if prep.params.seed is None or i == 0 else
+              prep.params.model_copy(update={"seed": prep.params.seed + i}) for i in range(req.n)]
+    gens = await asyncio.gather(*(model.engine.generate(prep.rendered.ids, p) for p in params))
+    choices = []
+    for i, gen in enumerate(gens):
+        message, finish = reply_message(model, prep, gen)
+        choices.append({"index": i, "message": message, "finish_reason": finish,
+                        "logprobs": _logprobs(model, gen) if req.logprobs else None})
+    completion = sum(len(g.token_ids) for g in gens)
+    return {"id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
+            "model": model.name, "choices": choices,
+            "usage": _usage(len(prep.rendered.ids), completion)}
+
+
+async def stream_chunks(model: ServedModel, req: ChatRequest, prep: Prepared) -> AsyncIterator[dict[str, Any]]:
+    """The answer to ``req`` (already ``prepare``d: its errors come before any chunk) as
+    ``chat.completion.chunk`` objects, token by token where the engine streams
+    (``supports_streaming``), else all at once when it is done."""
+    head = {"id": _completion_id(), "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model.name}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    queue: asyncio.Queue[tuple[int, ...] | None] = asyncio.Queue()
+    if getattr(model.engine, "supports_streaming", False):
+        job = asyncio.ensure_future(model.engine.generate(  # type: ignore[call-arg]
+            prep.rendered.ids, prep.params, on_tokens=queue.put_nowait))
+    else:
+        job = asyncio.ensure_future(model.engine.generate(prep.rendered.ids, prep.params))
+    job.add_done_callback(lambda _: queue.put_nowait(None))
+    splitter = StreamSplitter(prep.rendered.prefill, early_names=prep.params.grammar is not None)
+    tokens: list[int] = []
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        while (item := await queue.get()) is not None:
+            tokens.extend(item)
+            text = model.fmt.tokenizer.decode(tokens, skip_special_tokens=False)
+            if not text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
+                for delta in splitter.feed(text):
+                    yield chunk(delta)
+        gen = job.result()
+    finally:
+        job.cancel()  # a client that went away stops the generation
+    message, finish = reply_message(model, prep, gen, splitter.call_ids)
+    for delta in splitter.finish(message):
+        yield chunk(delta)
+    yield chunk({}, finish)
+    if (req.stream_options or {}).get("include_usage"):
+        yield {**head, "choices": [], "usage": _usage(len(prep.rendered.ids), len(gen.token_ids))}
+
+
+_NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+class StreamSplitter:
+    """Turns the growing text of one reply into chat-completions deltas.
+
+    Content is streamed as it comes, up to the first ``<tool_call>``, holding back what might be
+    the start of a marker (``<tool_c``, ``<|im_e``) and trailing whitespace (a reply's content is
+    stripped). With ``early_names`` (a constrained turn: every call the grammar opened will be a
+    valid call of a real tool) a call's id and name are sent as soon as the name is written; its
+    arguments (and any later call, and content after the calls) are sent by ``finish`` from the
+    parsed reply, so the deltas always add up to the non-streamed message.
+    """
+
+    def __init__(self, prefill: str, early_names: bool) -> None:
+        self.prefill = prefill
+        self.early_names = early_names
+        self.sent = ""
+        self.call_ids: list[str] = []
+        self._names: list[str] = []
+        self._markers = (TOOL_CALL_OPEN, *END_OF_TURN_MARKERS)
+
+    def feed(self, sampled_text: str) -> list[dict[str, Any]]:
+        """Deltas for what became certain in ``prefill + sampled_text``."""
+        text = self.prefill + sampled_text
+        opened = text.find(TOOL_CALL_OPEN)
+        zone = text if opened < 0 else text[:opened]
+        ends = [i for i in (zone.find(m) for m in END_OF_TURN_MARKERS) if i >= 0]
+        if ends:
+            zone = zone[:min(ends)]
+        elif opened < 0:  # still growing: hold back what may become a marker
+            zone = zone[: len(zone) - self._partial_marker(zone)]
+        content = zone.strip()  # leading whitespace never counts; trailing waits for more text
+        deltas = []
+        if content.startswith(self.sent) and len(content) > len(self.sent):
+            deltas.append({"content": content[len(self.sent):]})
+            self.sent = content
+        if self.early_names and opened >= 0:
+            deltas += self._announce(text)
+        return deltas
+
+    def _partial_marker(self, zone: str) -> int:
+        """Length of the longest end of ``zone`` that starts a marker."""
+        for n in range(min(len(zone), max(map(len, self._markers))), 0, -1):
+            if any(m.startswith(zone[-n:]) for m in self._markers):
+                return n
+        return 0
+
+    def _announce(self, text: str) -> list[dict[str, Any]]:
+        deltas = []
+        blocks = text.split(TOOL_CALL_OPEN)[1:]
+        for i, block in enumerate(blocks):
+            if i < len(self._names):
+                continue
+            match = _NAME.match(block)
+            if match is None:
+                break
+            name = json.loads(f'"{match.group(1)}"')
+            self._names.append(name)
+            self.call_ids.append("call_" + uuid.uuid4().hex[:24])
+            deltas.append({"tool_calls": [{"index": i, "id": self.call_ids[i], "type": "function",
+                                           "function": {"name": name, "arguments": ""}}]})
+        return deltas
+
+    def finish(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """The deltas that complete ``message`` (the parsed reply) after what was streamed."""
+        deltas = []
+        for i, call in enumerate(message.get("tool_calls") or ()):
+            fn = call["function"]
+            if i < len(self._names):
+                deltas.append({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
+            else:
+                deltas.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                               "function": {"name": fn["name"], "arguments": fn["arguments"]}}]})
+        content = message.get("content") or ""
+        if content.startswith(self.sent) and len(content) > len(self.sent):
+            deltas.insert(0, {"content": content[len(self.sent):]})
+        return deltas
+
+
+def _completion_id() -> str:
+    return "chatcmpl-" + uuid.uuid4().hex[:24]
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

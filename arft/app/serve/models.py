@@ -1,0 +1,89 @@
+"""What ``arft serve`` serves: the models behind the model names of ``/v1/models``.
+
+``served_models(target)``:
+
+* **a run directory** (``arft train`` / ``arft sft``): the tuned agent, its latest checkpoint
+  merged into the base weights, named after the run directory (or ``name``), and beside it the
+  base model under the job's ``model`` name (``base=False`` leaves it out and halves the
+  memory). Both render prompts exactly as the run's rollouts did (the same chat format and
+  worked example) and constrain tool calls as the run did (``rollout.constrained_tool_calls``);
+* **a model** (the embedded default, an HF id, a local directory, a ``.gguf`` file): that model,
+  named ``name`` or the reference itself.
+
+Each served model gets its own ``TransformersEngine`` (continuous batching, KV reuse across the
+turns of a conversation). torch and transformers load only here, when a model is served.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from arft.app.serve.chat import ServedModel
+from arft.config import EngineSpec
+from arft.engines.transformers_engine import TransformersEngine
+from arft.models.chat import ChatFormat
+from arft.rollout.runner import constrained_tool_calls
+from arft.tracing.run_dir import RunDir
+from arft.trainer.merge import run_job, tuned_model
+
+
+def is_run_dir(target: str | Path) -> bool:
+    """Whether ``target`` is an arft run directory (it holds a run store)."""
+    return RunDir(Path(target)).store.is_file()
+
+
+def served_models(target: str, *, name: str | None = None, base: bool = True,
+                  engine: EngineSpec | None = None, max_tokens: int = 1024,
+                  constrain: bool | None = None, model: Any = None, tokenizer: Any = None,
+                  on_status: Callable[[str], None] = lambda s: None) -> list[ServedModel]:
+    """The models to serve for ``target`` (see the module docstring).
+
+    ``engine``: dtype, device, batch size and KV budget (default: the run's ``engine`` section,
+    or the defaults). ``constrain``: hold every tool call to its schema (default: as the run
+    did; on for a plain model). ``model``/``tokenizer``: the (base) model, already loaded.
+    Raises ``ValueError`` (or ``ModelNotFound``) with what to do.
+    """
+    from arft.models.loading import load_model
+
+    if not is_run_dir(target):
+        spec = engine or EngineSpec()
+        on_status(f"loading model {target}")
+        if model is None:
+            model, tokenizer = load_model(target, dtype=spec.dtype, device=spec.device)
+        fmt = ChatFormat(tokenizer)
+        return [_served(name or target, model, tokenizer, fmt, spec, max_tokens, constrain)]
+    job = run_job(Path(target))
+    spec = engine or job.engine.model_copy(update={"type": "transformers"})
+    on_status(f"loading {job.model} and merging the checkpoint of {target}")
+    base_model = model
+    if base_model is None:
+        base_model, tokenizer = load_model(job.model_ref, dtype=spec.dtype, device=spec.device)
+    _, tuned, _ = tuned_model(Path(target), _copy(base_model) if base else base_model, tokenizer)
+    tuned.to(device=base_model.device, dtype=base_model.dtype)
+    fmt = ChatFormat(tokenizer, worked_example=job.rollout.worked_example)
+    option = job.rollout.constrained_tool_calls if constrain is None else constrain
+    tuned_name = name or Path(target).resolve().name
+    models = [_served(tuned_name, tuned, tokenizer, fmt, spec, max_tokens, option)]
+    if base:
+        if job.model == tuned_name:
+            raise ValueError(f"the tuned model's name {tuned_name!r} is the base model's: pick "
+                             "another with --name, or serve it alone with --no-base")
+        models.append(_served(job.model, base_model, tokenizer, fmt, spec, max_tokens, option))
+    return models
+
+
+def _served(name: str, model: Any, tokenizer: Any, fmt: ChatFormat, spec: EngineSpec,
+            max_tokens: int, constrain: bool | str | None) -> ServedModel:
+    engine = TransformersEngine(model, tokenizer, max_batch_size=spec.max_batch_size,
+                                prefix_cache_mb=spec.prefix_cache_mb)
+    on = constrained_tool_calls("auto" if constrain is None else constrain, engine)
+    return ServedModel(name=name, engine=engine, fmt=fmt, constrain=on, max_tokens=max_tokens)
+
+
+def _copy(model: Any) -> Any:
+    """A deep copy of ``model`` (the tuned weights are merged into the copy, the base stays)."""
+    import copy
+
+    return copy.deepcopy(model)
+

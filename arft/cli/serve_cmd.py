@@ -1,0 +1,75 @@
+"""`arft serve RUN_DIR|MODEL`: the tuned agent (and its base) behind an OpenAI-compatible API.
+
+Thin command over ``arft.app.serve``: load the models (with progress), check the port, print
+where it listens and what it serves, run uvicorn until Ctrl-C. Heavy imports (torch,
+transformers, fastapi, uvicorn) happen inside the command.
+"""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from arft.cli.console import console, err, fail
+from arft.serving import port_problem
+
+
+def serve_cmd(
+    target: str = typer.Argument(..., help="A run directory (arft train / arft sft), or a model: "
+                                 "smollm2-135m-instruct, an HF id, a local directory, a .gguf file."),
+    name: str = typer.Option(None, help="The tuned model's name in the API (default: the run "
+                             "directory's name; for a plain model: TARGET)."),
+    base: bool = typer.Option(True, help="Also serve the base model under the job's model name "
+                              "(a run directory only); --no-base saves its memory."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (default: this machine only)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    api_key_env: str = typer.Option(None, help="Require `Authorization: Bearer <key>`, the key read "
+                                    "from this environment variable."),
+    max_tokens: int = typer.Option(1024, help="Default and most tokens of one reply."),
+    constrain: bool = typer.Option(None, "--constrain/--no-constrain", help="Hold every tool call "
+                                   "to its schema (default: as the run was trained; on for a model)."),
+    dtype: str = typer.Option(None, help="auto, bfloat16, float32, float16 (default: the run's engine.dtype)."),
+    device: str = typer.Option(None, help="cpu, cuda, cuda:1 (default: the run's engine.device)."),
+) -> None:
+    """Serve a tuned agent with an OpenAI-compatible /v1/chat/completions (tools, streaming)."""
+    import uvicorn
+
+    from arft.app.serve.models import served_models
+    from arft.app.serve.server import build_app
+    from arft.config import EngineSpec
+    from arft.models.loading import ModelNotFound
+    from arft.tracing.store import StoreError
+
+    key = _api_key(api_key_env)
+    problem = port_problem(host, port, "another `arft serve`?")
+    if problem:
+        fail(problem)
+    engine = None
+    if dtype or device:
+        try:
+            engine = EngineSpec(**{k: v for k, v in (("dtype", dtype), ("device", device)) if v})
+        except ValueError as e:
+            fail(f"--dtype/--device: {e}")
+    try:
+        with err.status("loading") as status:
+            models = served_models(target, name=name, base=base, engine=engine, max_tokens=max_tokens,
+                                   constrain=constrain, on_status=lambda s: status.update(s))
+    except (ValueError, StoreError, ModelNotFound) as e:
+        fail(str(e))
+    for m in models:
+        console.print(f"serving [bold]{m.name}[/]  (tool calls {'constrained' if m.constrain else 'free'})")
+    auth = f", bearer key from ${api_key_env}" if key else ""
+    console.print(f"OpenAI-compatible API at [bold]http://{host}:{port}/v1[/]{auth}  (Ctrl-C to stop)")
+    uvicorn.run(build_app(models, key), host=host, port=port, log_level="warning")
+
+
+def _api_key(env: str | None) -> str | None:
+    """The bearer key from the variable ``env`` names (None: no key asked for)."""
+    if not env:
+        return None
+    key = os.environ.get(env)
+    if not key:
+        fail(f"--api-key-env {env}: that environment variable is not set (or empty); export it "
+             "first, or leave the option out to serve without a key")
+    return key
