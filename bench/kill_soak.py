@@ -72,6 +72,10 @@ def soak_job(args: argparse.Namespace) -> Any:
     if args.tasks is not None:
         hp["batch_size"] = args.tasks
         training["eval_tasks"] = args.tasks
+    # Bit-identical adapters need no KV reuse: a prefix stored by an evaluation serves the next
+    # step's prompts in the uninterrupted run only, and KV computed in another batch differs in
+    # the last float bits (same tokens, other logprobs).
+    spec.setdefault("engine", {})["prefix_cache_mb"] = 0
     return JobSpec.model_validate(spec).model_copy(update={"base_dir": JOB.parent})
 
 

@@ -51,9 +51,11 @@ def check_plain_variant(example: Path, generated: Path) -> None:
     same = plain_job.model_copy(update={
         "method": plain_job.method.model_copy(update={"reinforcement": rl}),
         "training_file": job.training_file, "validation_file": job.validation_file, "suffix": job.suffix,
-        # worked_example may differ: a plain job may show the tool block's own (neutral) example.
+        # worked_example may differ: a plain job may show the tool block's own (neutral) example;
+        # and it may turn parallel calls off (one lookup a turn: no second call cut mid-string).
         "rollout": plain_job.rollout.model_copy(update={"tool_choice": job.rollout.tool_choice,
-                                                        "worked_example": job.rollout.worked_example})})
+                                                        "worked_example": job.rollout.worked_example,
+                                                        "parallel_tool_calls": job.rollout.parallel_tool_calls})})
     # every other setting is job.yaml's; a plain job's tool schemas may be tighter (maxLength on
     # strings, so that a constrained call closes its string within max_new_tokens)
     assert without_max_length(same.model_dump()) == job.model_dump()

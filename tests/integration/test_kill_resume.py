@@ -39,6 +39,10 @@ def kill_job(tmp: Path) -> Path:
     path = write_job(tmp)
     spec = json.loads(path.read_text())
     spec["training"].update({"max_steps": 4, "checkpoint_every": 2})
+    # No KV reuse: a prefix stored by the step-2 evaluation would serve step 3's prompts in the
+    # uninterrupted run but not in the resumed one, and KV computed in another batch differs in
+    # the last float bits, so the logprobs (and the update) would too: same tokens, other floats.
+    spec["engine"] = {"prefix_cache_mb": 0}
     spec["method"]["reinforcement"]["hyperparameters"]["eval_interval"] = 2
     path.write_text(json.dumps(spec))
     return path
