@@ -173,17 +173,33 @@ def resume(s: Session, checkpoint: Path) -> Cursor:
     return cursor
 
 
-def policy_engine(job: JobSpec, model: Any, tokenizer: Any,
-                  max_batch_size: int | None) -> tuple[Any, TransformersEngine, Any]:
-    """(policy, an engine sampling from it, tokenizer): the model the job names, or the one given."""
+def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int | None,
+                  run_dir: Path | None = None, on_status: Callable[[str], None] = lambda s: None
+                  ) -> tuple[Any, Any, Any]:
+    """(policy, an engine sampling from it, tokenizer): the model the job names, or the one given.
+    With ``engine.type: vllm`` the engine is a vLLM server (its log in ``run_dir``) that
+    ``sync_engine`` keeps on the policy's weights."""
     if model is None:
         dtype = "float32" if job.training.finetune == "full" else job.engine.dtype
         model, tokenizer = load_model(job.model_ref, dtype=dtype, device=job.engine.device)
     policy = wrap_policy(model, job.training, job.seed)
     policy.eval()
+    if job.engine.type == "vllm":
+        from arft.engines.vllm_engine import VLLMEngine
+
+        return policy, VLLMEngine.from_job(job, run_dir or Path("."), tokenizer, on_status), tokenizer
     engine = TransformersEngine(policy, tokenizer, max_batch_size=max_batch_size or job.engine.max_batch_size,
                                 prefix_cache_mb=job.engine.prefix_cache_mb)
     return policy, engine, tokenizer
+
+
+async def sync_engine(s: Session, step: int) -> dict[str, float]:
+    """Put the policy's weights into an engine that samples from its own copy (vLLM); the
+    in-process engine shares the policy and needs nothing. The seconds it took, as a metric."""
+    sync = getattr(s.run.engine, "sync", None)
+    if sync is None:
+        return {}
+    return {"time/weight_sync_s": await sync(s.learner.policy, step)}
 
 
 def init_path(job: JobSpec) -> Path | None:

@@ -81,7 +81,7 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
             stack.push_async_callback(close_grader, grader)
         if engine is None:
             on_status(f"loading model {job.model}")
-            engine, close_engine = build_engine(job), True  # what open_run builds, it closes
+            engine, close_engine = build_engine(job, run_dir.path, on_status), True  # what open_run builds, it closes
         if close_engine:
             stack.push_async_callback(engine.aclose)
         on_status("starting tools")

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from arft.app.learning import (EVAL_SEED_OFFSET, Hooks, Session, TrainResult, apply_init_from,
-                               evaluate_step, on_done, policy_engine, resume as resume_from)
+                               evaluate_step, on_done, policy_engine, resume as resume_from,
+                               sync_engine)
 from arft.app.run import job_record, open_run
 from arft.budget import budget_penalty, usage
 from arft.config import JobSpec
@@ -113,6 +114,7 @@ async def _step(t: Session, plan: _Plan, cursor: Cursor) -> Cursor:
     t.hooks.point("update", after.step)
     update = t.learner.update(batch) if batch.input_ids else {"update/tokens": 0.0}
     release_memory()
+    update |= await sync_engine(t, after.step)
     t_update = time.perf_counter() - t1
     values = {**flat_metrics(summarize(rollouts), "train"), **reward_metrics, **update,
               "train/sequences": float(len(batch.input_ids)),
@@ -138,7 +140,7 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
         raise ValueError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")
     plan = _Plan.of(job)
     hooks.status(f"loading model {job.model}")
-    policy, engine, tokenizer = policy_engine(job, model, tokenizer, max_batch_size)
+    policy, engine, tokenizer = policy_engine(job, model, tokenizer, max_batch_size, rd.path, hooks.status)
     splits = {"train": plan.train_tasks, "validation": plan.val_tasks}
     async with open_run(job, rd, engine=engine, close_engine=True, grader=grader, splits=splits) as run:
         learner = Learner(policy, job.training, base_learning_rate(job.training, job.rl.hyperparameters.resolved(
@@ -164,6 +166,7 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
 async def _loop(t: Session, plan: _Plan, cursor: Cursor, fresh: bool) -> None:
     interval = t.run.job.rl.hyperparameters.resolved("eval_interval")
     every = t.run.job.training.checkpoint_every
+    await sync_engine(t, cursor.step)  # a resumed or warm-started policy is not the base
     if fresh and plan.val_tasks:
         await evaluate_step(t, 0)
     while cursor.step < plan.total_steps:

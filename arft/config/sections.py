@@ -13,9 +13,11 @@ from arft.config.base import Auto, Spec
 class EngineSpec(Spec):
     """Which engine generates. ``transformers`` is trainable; ``openai`` is for evaluation only."""
 
-    type: Literal["transformers", "openai"] = "transformers"
-    """``transformers``: the job's model in this process (CPU or GPU), trainable; ``openai``: an
-    OpenAI-compatible server (evaluation only: it returns no token ids)."""
+    type: Literal["transformers", "vllm", "openai"] = "transformers"
+    """``transformers``: the job's model in this process (CPU or GPU), trainable; ``vllm``: a vLLM
+    server arft starts (or ``base_url``), token ids in and out, trainable (the weights are synced
+    after every update); ``openai``: an OpenAI-compatible server (evaluation only: it returns no
+    token ids)."""
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
     """Weights and compute dtype of the transformers engine. auto: bfloat16 where bf16 is fast
     (GPUs, CPUs with native bf16, measured at start), else float32. Full fine-tuning always
@@ -40,6 +42,21 @@ class EngineSpec(Spec):
     """openai engine: the model name to send (default: the job's ``model``)."""
     timeout_s: float = 120.0
     """openai engine: seconds one request may take before it is retried."""
+    vllm_python: str | None = None
+    """vllm engine: the python of the environment vLLM is installed in (vLLM pins its own
+    transformers). Default: this python when it can import vllm, else ``.venv-vllm/bin/python``
+    (what ``make setup-vllm`` makes)."""
+    sync: Literal["auto", "lora", "merged"] = "auto"
+    """vllm engine: how trained weights reach the server after each update. ``lora``: the adapter
+    is loaded under a new name (``step-N``); ``merged``: base + adapter written as bf16
+    safetensors and reloaded in place. auto: lora on GPUs, merged on CPUs (LoRA kernels cost ~3x
+    there)."""
+    kv_cache_gb: float = Field(2.0, gt=0)
+    """vllm engine on CPUs: memory for the KV cache (``VLLM_CPU_KVCACHE_SPACE``)."""
+    max_model_len: int | None = None
+    """vllm engine: the server's context length (default: ``rollout.max_tokens``)."""
+    startup_timeout_s: float = 600.0
+    """vllm engine: how long to wait for the server's ``/health``."""
 
 
 class SamplingSpec(Spec):

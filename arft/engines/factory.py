@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
 from arft.config import JobSpec
 from arft.engines.base import ChatEngine, TokenEngine
 
 
-def build_engine(job: JobSpec) -> TokenEngine | ChatEngine:
-    """The engine named by ``job.engine.type`` for ``job.model``."""
+def build_engine(job: JobSpec, run_dir: Path | None = None,
+                 on_status: Callable[[str], None] = lambda s: None) -> TokenEngine | ChatEngine:
+    """The engine named by ``job.engine.type`` for ``job.model`` (``run_dir``: where a vLLM
+    server's log goes)."""
+    if job.engine.type == "vllm":
+        from arft.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine.from_job(job, run_dir or Path("."), on_status=on_status)
     if job.engine.type == "openai":
         from arft.engines.openai_engine import OpenAIEngine
 

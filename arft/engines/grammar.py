@@ -152,6 +152,37 @@ class ToolCallMasker:
         words = bitmask[0]
         return not any(int(words[t // 32]) >> (t % 32) & 1 for t in self.stop_ids)
 
+    def compile_tag(self, tag: dict[str, Any]) -> Any:
+        """A structural tag compiled as it is (cached by its JSON), e.g. ``turn_tag``'s."""
+        key = "tag:" + json.dumps(tag, sort_keys=True)
+        with self._lock:
+            if key not in self._compiled:
+                try:
+                    self._compiled[key] = self._get_compiler().compile_structural_tag(tag)
+                except Exception as e:  # noqa: BLE001
+                    raise ConstraintError(f"the tool-call grammar did not compile ({e})") from e
+            return self._compiled[key]
+
+    def limited_positions(self, compiled: Any, tokens: Sequence[int]) -> list[bool]:
+        """Replays ``tokens`` (sampled elsewhere, e.g. by a vLLM server under the same grammar)
+        through ``compiled``: per token, whether the mask excluded anything there.
+        ``ConstraintError`` when a token is outside the grammar (the two engines disagree)."""
+        xgr = _xgrammar()
+        matcher = self.matcher(compiled)
+        bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
+        limited = []
+        for token in tokens:
+            if matcher.is_terminated():
+                limited.append(False)
+                continue
+            matcher.fill_next_token_bitmask(bitmask, 0)
+            limited.append(bool((bitmask[0] != -1).any()))
+            if not matcher.accept_token(int(token)):
+                raise ConstraintError(f"token {token} ({self.tokenizer.decode([int(token)])!r}) is outside "
+                                      "the grammar it was sampled under: the server's constraint and "
+                                      "arft's disagree (a vLLM / xgrammar version mismatch?)")
+        return limited
+
     def accept(self, matchers: Sequence[Any], tokens: Sequence[int]) -> None:
         """Advance each row's matcher by its sampled token."""
         start = time.perf_counter()
@@ -186,6 +217,32 @@ def structural_tag(grammar: ToolGrammar) -> dict[str, Any]:
              "end": grammar.call_end} for t in grammar.tools]
     return {"type": "structural_tag",
             "format": {"type": "triggered_tags", "triggers": [grammar.trigger], "tags": tags}}
+
+
+def turn_tag(grammar: ToolGrammar, parallel: bool = True) -> dict[str, Any]:
+    """A whole assistant turn as a structural tag, for servers that cannot stop at a call's close
+    the way the transformers engine does (a stop string there would also fire inside an
+    argument): free text without the trigger, then optionally calls separated by newlines (one
+    only, without ``parallel``), then the end of the turn. Started after ``grammar.prefill`` (a
+    forced call's opening, already in the prompt): the rest of that call, then further calls."""
+    def call(t: GrammarTool, skip: str = "") -> dict[str, Any]:
+        begin = f"{grammar.call_begin}{json.dumps(t.name, ensure_ascii=False)[1:-1]}{grammar.args_infix}"
+        return {"type": "tag", "begin": begin[len(skip):],
+                "content": {"type": "grammar", "grammar": arguments_ebnf(t)}, "end": grammar.call_end}
+
+    any_call = {"type": "or", "elements": [call(t) for t in grammar.tools]}
+    more = [{"type": "star", "content": {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "\n"}, any_call]}}] if parallel else []
+    if grammar.prefill:
+        begun = [call(t, grammar.prefill) for t in grammar.tools
+                 if call(t)["begin"].startswith(grammar.prefill)]
+        if not begun:
+            raise ConstraintError(f"the forced start of the call {grammar.prefill!r} fits no tool of the grammar")
+        elements = [{"type": "or", "elements": begun}, *more]
+    else:
+        elements = [{"type": "any_text", "excludes": [grammar.trigger]},
+                    {"type": "optional", "content": {"type": "sequence", "elements": [any_call, *more]}}]
+    return {"type": "structural_tag", "format": {"type": "sequence", "elements": elements}}
 
 
 def arguments_ebnf(tool: GrammarTool) -> str:

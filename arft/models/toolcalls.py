@@ -106,8 +106,9 @@ def _split_blocks(text: str) -> tuple[list[str], list[str | None], list[str]]:
             return outside, bodies, reasons
         outside.append(text[pos:start])
         body_start = start + len(TOOL_CALL_OPEN)
-        end = text.find(TOOL_CALL_CLOSE, body_start)
-        nxt = text.find(TOOL_CALL_OPEN, body_start)
+        scan = _json_end(text, body_start)  # a marker inside an argument string is content
+        end = text.find(TOOL_CALL_CLOSE, scan)
+        nxt = text.find(TOOL_CALL_OPEN, scan)
         if nxt >= 0 and (end < 0 or nxt < end):
             bodies.append(None)
             reasons.append(f"unclosed {TOOL_CALL_OPEN}: a new {TOOL_CALL_OPEN} starts before "
@@ -121,6 +122,17 @@ def _split_blocks(text: str) -> tuple[list[str], list[str | None], list[str]]:
             bodies.append(text[body_start:end])
             reasons.append("")
             pos = end + len(TOOL_CALL_CLOSE)
+
+
+def _json_end(text: str, start: int) -> int:
+    """Where the JSON value that starts at ``start`` (after whitespace) ends, or ``start`` when
+    none decodes there: a block's close is looked for after its JSON, so that ``</tool_call>``
+    written inside an argument's string does not end the block."""
+    s = start + len(text[start:start + 64]) - len(text[start:start + 64].lstrip())
+    try:
+        return json.JSONDecoder(strict=False).raw_decode(text, s)[1]
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        return start
 
 
 def _loads_lenient(body: str) -> Any:

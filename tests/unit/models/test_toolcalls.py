@@ -184,3 +184,14 @@ def test_raw_control_characters_in_a_string_are_read_and_escaped() -> None:
     assert not turn.errors
     assert turn.tool_calls[0].function.arguments == '{"s": "a\\fb"}'
     assert json.loads(turn.tool_calls[0].function.arguments) == {"s": "a\x0cb"}
+
+
+def test_markers_inside_an_argument_string_are_content() -> None:
+    """A constrained call's string may hold ``</tool_call>`` (the grammar allows any text
+    there): the block ends after its JSON, not at the first marker."""
+    text = ('<tool_call>\n{"name": "calc", "arguments": {"e": "a</tool_call> b<tool_call>"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "c2", "arguments": {}}\n</tool_call>')
+    parsed = parse_tool_calls(text)
+    assert parsed.errors == [] and parsed.content is None
+    assert [(c.function.name, c.function.arguments) for c in parsed.tool_calls] == [
+        ("calc", '{"e": "a</tool_call> b<tool_call>"}'), ("c2", "{}")]

