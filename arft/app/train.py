@@ -114,7 +114,8 @@ async def _step(t: Session, plan: _Plan, cursor: Cursor) -> Cursor:
     t.hooks.point("update", after.step)
     update = t.learner.update(batch) if batch.input_ids else {"update/tokens": 0.0}
     release_memory()
-    update |= await sync_engine(t, after.step)
+    if batch.input_ids:  # the weights changed: the engine's copy must follow
+        update |= await sync_engine(t, after.step)
     t_update = time.perf_counter() - t1
     values = {**flat_metrics(summarize(rollouts), "train"), **reward_metrics, **update,
               "train/sequences": float(len(batch.input_ids)),

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     import torch
 
 _CACHE_SIZE = 256
+AFTER_CALL_TOKENS = 8
+"""Text a whole-turn grammar lets the model write after its last call (then dropped by the caller)."""
 
 
 def _xgrammar() -> Any:
@@ -223,7 +225,9 @@ def turn_tag(grammar: ToolGrammar, parallel: bool = True) -> dict[str, Any]:
     """A whole assistant turn as a structural tag, for servers that cannot stop at a call's close
     the way the transformers engine does (a stop string there would also fire inside an
     argument): free text without the trigger, then optionally calls separated by newlines (one
-    only, without ``parallel``), then the end of the turn. Started after ``grammar.prefill`` (a
+    only, without ``parallel``) and at most ``AFTER_CALL_TOKENS`` of text that opens no call
+    (which the caller drops, as the transformers engine drops its look-ahead), then the end of
+    the turn. Started after ``grammar.prefill`` (a
     forced call's opening, already in the prompt): the rest of that call, then further calls."""
     def call(t: GrammarTool, skip: str = "") -> dict[str, Any]:
         begin = f"{grammar.call_begin}{json.dumps(t.name, ensure_ascii=False)[1:-1]}{grammar.args_infix}"
@@ -233,6 +237,10 @@ def turn_tag(grammar: ToolGrammar, parallel: bool = True) -> dict[str, Any]:
     any_call = {"type": "or", "elements": [call(t) for t in grammar.tools]}
     more = [{"type": "star", "content": {"type": "sequence", "elements": [
         {"type": "const_string", "value": "\n"}, any_call]}}] if parallel else []
+    # After the last call the model may write a little more text that opens no call (the
+    # transformers engine's look-ahead); the caller drops it, so the turn ends at the call's close.
+    more.append({"type": "optional", "content": {"type": "any_text", "excludes": [grammar.trigger],
+                                                  "max_tokens": AFTER_CALL_TOKENS}})
     if grammar.prefill:
         begun = [call(t, grammar.prefill) for t in grammar.tools
                  if call(t)["begin"].startswith(grammar.prefill)]

@@ -123,10 +123,27 @@ class VLLMEngine:
                 prompt + ids + ahead, params, params.max_new_tokens - len(ids) - len(ahead), None, stops)
             ids, lps = ids + ahead + rest, lps + ahead_lps + rest_lps
         reason = "length" if finish == "length" else ("stop" if stop is not None else "eos")
+        if isinstance(grammar, ToolGrammar):
+            ids, lps, reason = self._end_at_last_call(grammar, ids, lps, reason)
         constrained = self.masker.limited_positions(compiled, ids) if compiled is not None else ()
         return Generation(token_ids=tuple(ids), logprobs=tuple(lps), finish_reason=reason,
                           text=self.tokenizer.decode(ids, skip_special_tokens=False),
                           constrained=tuple(constrained))
+
+    def _end_at_last_call(self, grammar: ToolGrammar, ids: list[int], lps: list[float],
+                          reason: str) -> tuple[list[int], list[float], str]:
+        """Drop what the turn wrote after its last call's close (text that opened no call, and
+        the end of the turn), as the transformers engine stops there: the turn then ends with
+        ``stop`` at the close."""
+        text = grammar.prefill + self.tokenizer.decode(ids, skip_special_tokens=False)
+        close = text.rfind(grammar.call_end)
+        if close < 0 or reason == "length" and text.rfind(grammar.trigger) > close:
+            return ids, lps, reason  # no call, or the last one was cut off: nothing to drop
+        want = close + len(grammar.call_end) - len(grammar.prefill)
+        for k in range(1, len(ids) + 1):
+            if len(self.tokenizer.decode(ids[:k], skip_special_tokens=False)) >= want:
+                return ids[:k], lps[:k], "stop" if k < len(ids) or reason != "length" else reason
+        return ids, lps, reason
 
     async def _complete(self, prompt: list[int], params: SamplingParams, max_tokens: int,
                         outputs: dict[str, Any] | None, stops: list[str]

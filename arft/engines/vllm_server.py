@@ -122,7 +122,7 @@ class VLLMServer:
         return server
 
     def _wait(self, timeout_s: float, on_status: Callable[[str], None]) -> None:
-        start = time.monotonic()
+        start, told = time.monotonic(), -10.0
         while True:
             waited = time.monotonic() - start
             if self.process.poll() is not None:
@@ -137,7 +137,9 @@ class VLLMServer:
             if waited > timeout_s:
                 raise EngineError(f"the vLLM server did not answer /health within {timeout_s:.0f} s "
                                   f"(engine.startup_timeout_s); its log ({self.log}) ends with:\n{self.tail()}")
-            on_status(f"starting the vLLM server ({waited:.0f} s; log: {self.log})")
+            if waited - told >= 10:  # every 10 s: a log read without a terminal stays short
+                on_status(f"starting the vLLM server ({waited:.0f} s; log: {self.log})")
+                told = waited
             time.sleep(1.0)
 
     def tail(self, lines: int = 25) -> str:
