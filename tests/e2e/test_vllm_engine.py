@@ -35,7 +35,8 @@ async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]
 
     job = load_job(ROOT / "examples" / "calculator" / "job_plain.yaml")
     job = job.model_copy(update={"engine": job.engine.model_copy(update={
-        "type": "vllm", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python"), "sync": "merged"})})
+        # lora: the server starts with runtime adapters on, so both sync paths can be tested on it
+        "type": "vllm", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python"), "sync": "lora"})})
     eng = VLLMEngine.from_job(job, tmp_path_factory.mktemp("vllm"))
     yield eng
     await eng.aclose()
@@ -93,13 +94,17 @@ async def test_a_constrained_forced_call_is_valid_ends_the_turn_and_marks_its_po
     assert any(gen.finish_reason == "stop" for gen in gens)
 
 
-async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["lora", "merged"])
+async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any, mode: str) -> None:
     """Not ART's bug (a server silently kept on old weights): after sync the server's logprobs
-    follow the policy's new weights, and before it they did not."""
+    follow the policy's new weights, and before it they did not. ``lora``: a versioned adapter;
+    ``merged``: the weights reloaded in place."""
     from arft.config import TrainingSpec
+    from arft.engines.vllm_server import SERVED_NAME
     from arft.models.loading import load_model
     from arft.trainer.learner import wrap_policy
 
+    engine.sync_mode, engine.model = mode, SERVED_NAME  # one server serves both cases here
     fmt = ChatFormat(engine.tokenizer)
     p = prompt(fmt)
     model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
@@ -111,6 +116,7 @@ async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any,
                 param.normal_(0, 0.3)  # an adapter that moves the outputs well past bf16 noise
     before = await engine.generate(p.ids, params(fmt, seed=9, temperature=1.0))
     seconds = await engine.sync(policy, step=1)
+    assert engine.model == ("step-1" if mode == "lora" else SERVED_NAME)
     after = await engine.generate(p.ids, params(fmt, seed=9, temperature=1.0))
     new = teacher_forced(policy, p.ids, after.token_ids, 1.0)
     old = teacher_forced(policy, p.ids, before.token_ids, 1.0)
