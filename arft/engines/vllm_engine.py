@@ -188,7 +188,10 @@ class VLLMEngine:
         r = await self._client.post(f"{self.base_url}{path}", json=payload)
         if r.status_code != 200:
             raise EngineError(f"vLLM {path} answered {r.status_code}: {r.text[:400]}{self._log_hint()}")
-        return r.json() if r.content else None
+        try:
+            return r.json() if r.content else None
+        except ValueError:  # some routes answer plain text ("Success: LoRA adapter ... added")
+            return r.text
 
     async def sync(self, policy: Any, step: int) -> float:
         """Make the server sample from ``policy``'s current weights (see the module docstring);
