@@ -35,6 +35,7 @@ import httpx
 
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.grammar import ToolCallMasker, turn_tag
+from arft.http import json_client
 from arft.engines.vllm_server import SERVED_NAME, ServerOptions, VLLMServer, vllm_python
 from arft.models.constraints import Grammar, JsonGrammar, ToolGrammar, with_search_patterns
 
@@ -64,7 +65,7 @@ class VLLMEngine:
         self.model = SERVED_NAME
         """The name requests use: the base, or the adapter of the last ``sync``."""
         self.masker = ToolCallMasker(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
-        self._client = httpx.AsyncClient(timeout=timeout_s)
+        self._client = json_client(timeout_s)  # one pooled client per event loop
         self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "generated_tokens": 0}
 
     @classmethod
@@ -162,7 +163,7 @@ class VLLMEngine:
         if outputs is not None:
             body["structured_outputs"] = outputs
         try:
-            r = await self._client.post(f"{self.base_url}/v1/completions", json=body)
+            r = await self._client.get().post(f"{self.base_url}/v1/completions", json=body)
         except httpx.HTTPError as e:
             raise EngineError(f"the vLLM server at {self.base_url} did not answer ({type(e).__name__}: "
                               f"{e}){self._log_hint()}") from e
@@ -185,7 +186,7 @@ class VLLMEngine:
         await self._post("/reset_prefix_cache", None)
 
     async def _post(self, path: str, payload: Any) -> Any:
-        r = await self._client.post(f"{self.base_url}{path}", json=payload)
+        r = await self._client.get().post(f"{self.base_url}{path}", json=payload)
         if r.status_code != 200:
             raise EngineError(f"vLLM {path} answered {r.status_code}: {r.text[:400]}{self._log_hint()}")
         try:

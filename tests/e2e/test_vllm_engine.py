@@ -94,6 +94,27 @@ async def test_a_constrained_forced_call_is_valid_ends_the_turn_and_marks_its_po
     assert any(gen.finish_reason == "stop" for gen in gens)
 
 
+async def test_arft_serve_answers_from_the_vllm_engine(engine: Any) -> None:
+    """The served chat API on this engine (no token streaming there: a stream comes whole)."""
+    import openai
+
+    from arft.app.serve.chat import ServedModel
+    from arft.app.serve.server import build_app
+    from arft.serving import serve
+
+    served = ServedModel("vllm-agent", engine, ChatFormat(engine.tokenizer))
+    with serve(build_app([served])) as url:
+        c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        kw = dict(model="vllm-agent", messages=[{"role": "user", "content": "What is 84 * 20?"}],
+                  tools=[CALCULATOR], tool_choice="required", parallel_tool_calls=False, max_tokens=48, seed=1)
+        r = c.chat.completions.create(**kw)
+        chunks = list(c.chat.completions.create(stream=True, **kw))
+    assert r.choices[0].finish_reason in ("tool_calls", "length")
+    if r.choices[0].finish_reason == "tool_calls":
+        assert r.choices[0].message.tool_calls[0].function.name == "calculator"
+    assert chunks[-1].choices[0].finish_reason == r.choices[0].finish_reason  # same seed, same reply
+
+
 @pytest.mark.parametrize("mode", ["lora", "merged"])
 async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any, mode: str) -> None:
     """Not ART's bug (a server silently kept on old weights): after sync the server's logprobs
