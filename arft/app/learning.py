@@ -14,6 +14,7 @@ from typing import Any
 
 from arft.app.run import Run
 from arft.config import JobSpec
+from arft.engines.base import TokenEngine
 from arft.engines.transformers_engine import TransformersEngine
 from arft.metrics.sinks import JsonlSink, MetricSink
 from arft.metrics.summary import EvalSummary, flat_metrics, summarize
@@ -175,7 +176,7 @@ def resume(s: Session, checkpoint: Path) -> Cursor:
 
 def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int | None,
                   run_dir: Path | None = None, on_status: Callable[[str], None] = lambda s: None
-                  ) -> tuple[Any, Any, Any]:
+                  ) -> tuple[Any, TokenEngine, Any]:
     """(policy, an engine sampling from it, tokenizer): the model the job names, or the one given.
     With ``engine.type: vllm`` the engine is a vLLM server (its log in ``run_dir``) that
     ``sync_engine`` keeps on the policy's weights."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from arft.models.constraints import ConstraintError, Grammar, GrammarTool, JsonGrammar, ToolGrammar, with_search_patterns
 
@@ -78,23 +78,23 @@ class ToolCallMasker:
 
     def compile(self, grammar: Grammar) -> Any:
         """The compiled grammar of ``grammar``'s toolset, or of its JSON reply (cached)."""
-        key = grammar.key()
+        if isinstance(grammar, JsonGrammar):
+            return self._cached(grammar.key(), lambda compiler: _compile_json(compiler, grammar))
+        return self._cached(grammar.key(), lambda compiler: _compile_tag(compiler, structural_tag(grammar)))
+
+    def compile_tag(self, tag: dict[str, Any]) -> Any:
+        """A structural tag compiled as it is (cached by its JSON), e.g. ``turn_tag``'s."""
+        return self._cached("tag:" + json.dumps(tag, sort_keys=True), lambda compiler: _compile_tag(compiler, tag))
+
+    def _cached(self, key: str, build: Callable[[Any], Any]) -> Any:
+        """``build(compiler)``, compiled once per ``key`` (the oldest of ``_CACHE_SIZE`` evicted)."""
         with self._lock:
             compiled = self._compiled.get(key)
-            if compiled is not None:
-                return compiled
-            compiler = self._get_compiler()
-            if isinstance(grammar, JsonGrammar):
-                compiled = _compile_json(compiler, grammar)
-            else:
-                try:
-                    compiled = compiler.compile_structural_tag(structural_tag(grammar))
-                except Exception as e:  # noqa: BLE001 - the tools' grammars converted: the syntax is bad
-                    raise ConstraintError(f"the tool-call grammar did not compile ({e}); check the "
-                                          "tool names and the chat format's call syntax") from e
-            if len(self._compiled) >= _CACHE_SIZE:
-                self._compiled.pop(next(iter(self._compiled)))
-            self._compiled[key] = compiled
+            if compiled is None:
+                compiled = build(self._get_compiler())
+                if len(self._compiled) >= _CACHE_SIZE:
+                    self._compiled.pop(next(iter(self._compiled)))
+                self._compiled[key] = compiled
             return compiled
 
     def matcher(self, compiled: Any, prefill: str = "") -> Any:
@@ -154,17 +154,6 @@ class ToolCallMasker:
         words = bitmask[0]
         return not any(int(words[t // 32]) >> (t % 32) & 1 for t in self.stop_ids)
 
-    def compile_tag(self, tag: dict[str, Any]) -> Any:
-        """A structural tag compiled as it is (cached by its JSON), e.g. ``turn_tag``'s."""
-        key = "tag:" + json.dumps(tag, sort_keys=True)
-        with self._lock:
-            if key not in self._compiled:
-                try:
-                    self._compiled[key] = self._get_compiler().compile_structural_tag(tag)
-                except Exception as e:  # noqa: BLE001
-                    raise ConstraintError(f"the tool-call grammar did not compile ({e})") from e
-            return self._compiled[key]
-
     def limited_positions(self, compiled: Any, tokens: Sequence[int]) -> list[bool]:
         """Replays ``tokens`` (sampled elsewhere, e.g. by a vLLM server under the same grammar)
         through ``compiled``: per token, whether the mask excluded anything there.
@@ -196,6 +185,16 @@ class ToolCallMasker:
                     f"token {token} ({self.tokenizer.decode([int(token)])!r}) was sampled outside the "
                     "tool-call grammar's mask: this is a bug in arft's masking, please report it")
         self.mask_s += time.perf_counter() - start
+
+
+def _compile_tag(compiler: Any, tag: dict[str, Any]) -> Any:
+    """A structural tag compiled (``ConstraintError`` when it does not: the converted tools'
+    grammars are fine, so the call syntax is what is wrong)."""
+    try:
+        return compiler.compile_structural_tag(tag)
+    except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError alike
+        raise ConstraintError(f"the tool-call grammar did not compile ({e}); check the tool names "
+                              "and the chat format's call syntax") from e
 
 
 def _compile_json(compiler: Any, grammar: JsonGrammar) -> Any:

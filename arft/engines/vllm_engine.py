@@ -100,10 +100,9 @@ class VLLMEngine:
         """One completion; without a grammar, a look-ahead request after a stop with continuation
         strings (a constrained turn's grammar itself ends the turn after its calls)."""
         prompt, grammar = list(prompt_ids), params.grammar
-        parallel = bool(params.stop_unless_followed_by) and params.parallel_tool_calls
         compiled = None
-        if isinstance(grammar, ToolGrammar):
-            tag = turn_tag(grammar, parallel)
+        if isinstance(grammar, ToolGrammar):  # parallel calls: the look-ahead is asked for
+            tag = turn_tag(grammar, parallel=bool(params.stop_unless_followed_by))
             compiled = self.masker.compile_tag(tag)
             outputs: dict[str, Any] | None = {"structural_tag": json.dumps(tag)}
             # a stop string at a call's close would also fire inside an argument: the grammar ends the turn
@@ -233,8 +232,8 @@ def json_outputs(grammar: JsonGrammar) -> dict[str, Any]:
 
 
 def merged_copy(policy: Any) -> Any:
-    """A plain model with ``policy``'s current weights (a LoRA adapter merged into a copy of the
-    base; the policy itself is untouched)."""
+    """A plain model with ``policy``'s current weights: a LoRA adapter merged into a copy of the
+    base, or a fully fine-tuned model itself (only read: ``save_vllm_dir`` writes a bf16 copy)."""
     import copy
 
     if hasattr(policy, "merge_and_unload"):

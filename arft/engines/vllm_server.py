@@ -170,12 +170,9 @@ def save_vllm_dir(model: object, tokenizer: object, out: Path) -> Path:
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    state_dtype = next(model.parameters()).dtype  # type: ignore[attr-defined]
-    model.to(torch.bfloat16)  # type: ignore[attr-defined]
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)  # type: ignore[attr-defined]
-    finally:
-        model.to(state_dtype)  # type: ignore[attr-defined]
+    # A bf16 copy of the tensors: the model itself (a full fine-tune's fp32 master weights) is untouched.
+    state = {k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()}  # type: ignore[attr-defined]
+    model.save_pretrained(tmp, state_dict=state, safe_serialization=True)  # type: ignore[attr-defined]
     tokenizer.save_pretrained(tmp)  # type: ignore[attr-defined]
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)

@@ -159,6 +159,13 @@ class ChatFormat:
             return ParsedTurn(content=text.strip() or None, tool_calls=[], errors=[])
         return parse_tool_calls(text, allowed)
 
+    def turn_stops(self, stops: Sequence[str], parallel: bool) -> dict[str, tuple[str, ...]]:
+        """The ``SamplingParams`` stop fields of one assistant turn: the caller's ``stops`` plus
+        this format's call close, and (with ``parallel`` calls) the look-ahead that keeps a turn
+        going when another call follows."""
+        return {"stop": tuple(dict.fromkeys((*stops, *self.stop))),
+                "stop_unless_followed_by": self.stop_unless_followed_by if parallel else ()}
+
     def continuation_ids(self, ended_with_eos: bool, tool_messages: Sequence[Message],
                          tool_choice_next: ToolChoice = "auto") -> Rendered:
         """Ids to append after a turn's sampled ids: close the assistant turn (only what follows

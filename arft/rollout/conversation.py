@@ -125,9 +125,7 @@ class TokenConversation:
         params = self.params.model_copy(update={
             "seed": None if self.seed is None else self.seed + self._turns,
             "max_new_tokens": min(self.params.max_new_tokens, room),
-            "stop": tuple(dict.fromkeys((*self.params.stop, *self.fmt.stop))),
-            # Parallel calls: a stop at a call's close is cancelled when another call follows.
-            "stop_unless_followed_by": self.fmt.stop_unless_followed_by if self.params.parallel_tool_calls else (),
+            **self.fmt.turn_stops(self.params.stop, self.params.parallel_tool_calls),
             "grammar": None if self._grammar is None else self._grammar.with_prefill(self._prefill),
         })
         gen = await self.engine.generate(self.token_ids, params)

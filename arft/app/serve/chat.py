@@ -34,7 +34,7 @@ from arft.engines.base import Generation, SamplingParams, TokenEngine, supports_
 from arft.models.chat import ChatFormat, Rendered
 from arft.models.constraints import ConstraintError, Grammar, JsonGrammar, check_schema
 from arft.models.tool_prompt import ChatFormatError, parse_tool_choice
-from arft.models.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, strip_end_of_turn
+from arft.models.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, new_call_id, strip_end_of_turn
 
 IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key",
                      "safety_identifier", "stream_options", "reasoning_effort", "verbosity"})
@@ -145,9 +145,7 @@ def prepare(model: ServedModel, req: ChatRequest) -> Prepared:
     params = SamplingParams(
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p, top_k=0, max_new_tokens=wanted,
-        stop=tuple(dict.fromkeys((*stops, *model.fmt.stop))),
-        stop_unless_followed_by=model.fmt.stop_unless_followed_by if req.parallel_tool_calls else (),
-        seed=req.seed, parallel_tool_calls=req.parallel_tool_calls, grammar=grammar)
+        **model.fmt.turn_stops(stops, req.parallel_tool_calls), seed=req.seed, parallel_tool_calls=req.parallel_tool_calls, grammar=grammar)
     return Prepared(rendered, params, "none" if isinstance(grammar, JsonGrammar) else choice, stops)
 
 
@@ -342,7 +340,7 @@ class StreamSplitter:
                 break
             name = json.loads(f'"{match.group(1)}"')
             self._names.append(name)
-            self.call_ids.append("call_" + uuid.uuid4().hex[:24])
+            self.call_ids.append(new_call_id())
             deltas.append({"tool_calls": [{"index": i, "id": self.call_ids[i], "type": "function",
                                            "function": {"name": name, "arguments": ""}}]})
         return deltas

@@ -16,6 +16,7 @@ turns of a conversation). torch and transformers load only here, when a model is
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Callable
 
@@ -59,7 +60,8 @@ def served_models(target: str, *, name: str | None = None, base: bool = True,
     base_model = model
     if base_model is None:
         base_model, tokenizer = load_model(job.model_ref, dtype=spec.dtype, device=spec.device)
-    _, tuned, _ = tuned_model(Path(target), _copy(base_model) if base else base_model, tokenizer)
+    # the checkpoint is merged into a copy when the base is served too, else into the base itself
+    _, tuned, _ = tuned_model(Path(target), copy.deepcopy(base_model) if base else base_model, tokenizer)
     tuned.to(device=base_model.device, dtype=base_model.dtype)
     fmt = ChatFormat(tokenizer, worked_example=job.rollout.worked_example)
     option = job.rollout.constrained_tool_calls if constrain is None else constrain
@@ -79,11 +81,4 @@ def _served(name: str, model: Any, tokenizer: Any, fmt: ChatFormat, spec: Engine
                                 prefix_cache_mb=spec.prefix_cache_mb)
     on = constrained_tool_calls("auto" if constrain is None else constrain, engine)
     return ServedModel(name=name, engine=engine, fmt=fmt, constrain=on, max_tokens=max_tokens)
-
-
-def _copy(model: Any) -> Any:
-    """A deep copy of ``model`` (the tuned weights are merged into the copy, the base stays)."""
-    import copy
-
-    return copy.deepcopy(model)
 
