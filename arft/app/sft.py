@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from arft.app.learning import (Hooks, Session, TrainResult, apply_init_from, evaluate_step, policy_engine,
-                               resume as resume_from)
+                               resume as resume_from, sync_engine)
 from arft.app.run import job_record, open_run
 from arft.app.sft_data import load_demonstrations, select, tokenize
 from arft.config import JobSpec
@@ -90,7 +90,7 @@ async def sft(job: JobSpec, data: Path, run_dir: RunDir | Path, *, options: SftO
                     best_of=options.best_of, limit=options.limit)
     val_tasks = load_split(job, "validation", job.training.eval_tasks) if options.evaluate else []
     hooks.status(f"loading model {job.model}")
-    policy, engine, tokenizer = policy_engine(job, model, tokenizer, max_batch_size)
+    policy, engine, tokenizer = policy_engine(job, model, tokenizer, max_batch_size, rd.path, hooks.status)
     async with open_run(job, rd, engine=engine, close_engine=True, grader=grader,
                         splits={"validation": val_tasks}) as run:
         demos, dropped = await tokenize(run, chosen.demos)
@@ -135,12 +135,14 @@ def _write_summary(rd: RunDir, data: Path, options: SftOptions, result: SftResul
 
 async def _loop(s: Session, demos: list[DemoTokens], options: SftOptions, cursor: Cursor, total: int) -> None:
     job = s.run.job
+    await sync_engine(s, cursor.step)  # a resumed or warm-started policy is not the base
     if cursor.step == 0 and s.val_tasks:
         await evaluate_step(s, 0)
     while cursor.step < total:
         t0 = time.perf_counter()
         idx, cursor = batch_for(cursor, len(demos), options.batch_size, job.seed)
         values = s.learner.supervised_update(_batch([demos[i] for i in idx]))
+        values |= await sync_engine(s, cursor.step)  # an engine with its own weights follows
         values["sft/epoch"] = float(cursor.epoch)
         values["time/step_s"] = time.perf_counter() - t0
         s.metrics(cursor.step, values)
