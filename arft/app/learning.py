@@ -178,8 +178,10 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int 
                   run_dir: Path | None = None, on_status: Callable[[str], None] = lambda s: None
                   ) -> tuple[Any, TokenEngine, Any]:
     """(policy, an engine sampling from it, tokenizer): the model the job names, or the one given.
-    With ``engine.type: vllm`` the engine is a vLLM server (its log in ``run_dir``) that
-    ``sync_engine`` keeps on the policy's weights."""
+    With ``engine.type: vllm`` the engine is a vLLM server (its log in ``run_dir``), and with
+    ``training.max_off_policy_steps`` above 0 a transformers engine over its own copy of the
+    policy (``SnapshotEngine``): ``sync_engine`` keeps either on the policy's weights. Otherwise
+    the engine samples from the policy itself."""
     if model is None:
         dtype = "float32" if job.training.finetune == "full" else job.engine.dtype
         model, tokenizer = load_model(job.model_ref, dtype=dtype, device=job.engine.device)
@@ -189,14 +191,19 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int 
         from arft.engines.vllm_engine import VLLMEngine
 
         return policy, VLLMEngine.from_job(job, run_dir or Path("."), tokenizer, on_status), tokenizer
-    engine = TransformersEngine(policy, tokenizer, max_batch_size=max_batch_size or job.engine.max_batch_size,
-                                prefix_cache_mb=job.engine.prefix_cache_mb)
-    return policy, engine, tokenizer
+    options = {"max_batch_size": max_batch_size or job.engine.max_batch_size,
+               "prefix_cache_mb": job.engine.prefix_cache_mb}
+    if job.training.max_off_policy_steps > 0:  # the next step samples while this one updates
+        from arft.engines.snapshot import SnapshotEngine
+
+        return policy, SnapshotEngine.of(policy, tokenizer, **options), tokenizer
+    return policy, TransformersEngine(policy, tokenizer, **options), tokenizer
 
 
 async def sync_engine(s: Session, step: int) -> dict[str, float]:
-    """Put the policy's weights into an engine that samples from its own copy (vLLM); the
-    in-process engine shares the policy and needs nothing. The seconds it took, as a metric."""
+    """Put the policy's weights into an engine that samples from its own copy (vLLM, or the
+    ``SnapshotEngine`` of async rollouts); an engine sharing the policy needs nothing. The
+    seconds it took, as a metric."""
     sync = getattr(s.run.engine, "sync", None)
     if sync is None:
         return {}

@@ -8,6 +8,11 @@ on the validation set before step 0 and every ``eval_interval`` steps; checkpoin
 batching, loss, learner), which sees only token ids, masks, old logprobs and advantages; the run's
 engine, tools, grader and store come from ``open_run``.
 
+With ``training.max_off_policy_steps`` above 0 the rollouts run ahead (``arft.app.ahead``): the
+batch of step N+1 is generated, from the engine's own copy of the weights, while step N updates
+in a worker thread; each update syncs that copy. Evaluations and checkpoints still follow
+their step's update, so an evaluation at step N measures the weights of step N.
+
 Resuming (``resume=True``) continues from the latest checkpoint after dropping what the
 interrupted process recorded after it (``arft.app.learning.resume``), so every step's rollouts,
 grades, metric rows and evaluations are stored exactly once however often the run was killed.
@@ -15,12 +20,14 @@ grades, metric rows and evaluations are stored exactly once however often the ru
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.learning import (EVAL_SEED_OFFSET, Hooks, Session, TrainResult, apply_init_from,
                                evaluate_step, on_done, policy_engine, resume as resume_from,
                                sync_engine)
@@ -95,32 +102,50 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-async def _step(t: Session, plan: _Plan, cursor: Cursor) -> Cursor:
+async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Generated[Cursor]:
+    """The rollouts of the step after ``cursor``, sampled from the weights after ``version`` updates."""
     job = t.run.job
     t0 = time.perf_counter()
     idx, after = batch_for(cursor, len(plan.train_tasks), job.rl.hyperparameters.resolved("batch_size"),
                            job.seed)
     tasks = [plan.train_tasks[i] for i in idx]
-    t.hooks.phase(f"step {cursor.step + 1}/{plan.total_steps}", len(tasks) * plan.group_size)
+    t.hooks.phase(f"step {after.step}/{plan.total_steps}", len(tasks) * plan.group_size)
     t.hooks.point("step", after.step)
     rollouts = await t.run.runner.run_many(tasks, plan.group_size, run_id=TRAIN_RUN_ID, step=after.step,
                                            seed=job.seed + 1_000_000 * after.step,
                                            on_done=on_done(t.hooks, "generation", after.step))
-    t_rollouts = time.perf_counter() - t0
     release_memory()
+    return Generated(after.step, version, rollouts, time.perf_counter() - t0, after)
+
+
+async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s: float) -> Cursor:
+    """Grade-to-advantage, update and sync the engine for one generated batch; record the step.
+    ``waited_s``: how long the trainer waited for the batch (all of its generation when synchronous)."""
+    job = t.run.job
+    after, bound = generated.cursor, job.training.max_off_policy_steps
+    t1 = time.perf_counter()
+    rollouts, stale = fresh(generated, bound)
     advantages, reward_metrics = _advantages(job, rollouts, plan.group_size)
     batch = to_train_batch(rollouts, advantages)
-    t1 = time.perf_counter()
     t.hooks.point("update", after.step)
-    update = t.learner.update(batch) if batch.input_ids else {"update/tokens": 0.0}
+    if not batch.input_ids:
+        update = {"update/tokens": 0.0}
+    elif bound > 0:  # the next steps' rollouts are generated meanwhile, from the engine's own copy
+        update = await asyncio.to_thread(t.learner.update, batch)
+    else:
+        update = t.learner.update(batch)
     release_memory()
     if batch.input_ids:  # the weights changed: the engine's copy must follow
         update |= await sync_engine(t, after.step)
     t_update = time.perf_counter() - t1
     values = {**flat_metrics(summarize(rollouts), "train"), **reward_metrics, **update,
               "train/sequences": float(len(batch.input_ids)),
-              "time/rollouts_s": t_rollouts, "time/update_s": t_update,
-              "time/step_s": time.perf_counter() - t0}
+              "train/off_policy_steps": float(generated.off_policy_steps()),
+              "train/stale_dropped": float(stale),
+              "time/rollouts_s": generated.seconds, "time/update_s": t_update,
+              "time/step_s": waited_s + t_update}
+    if bound > 0:
+        values["time/wait_rollouts_s"] = waited_s
     t.metrics(after.step, values)
     t.result.history.append({"step": after.step, **values})
     t.hooks.step_done(after.step, values)
@@ -164,19 +189,38 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
     return t.result
 
 
-async def _loop(t: Session, plan: _Plan, cursor: Cursor, fresh: bool) -> None:
+async def _loop(t: Session, plan: _Plan, cursor: Cursor, new_run: bool) -> None:
+    await sync_engine(t, cursor.step)  # a resumed or warm-started policy is not the base
+    if new_run and plan.val_tasks:
+        await evaluate_step(t, 0)
+    bound = t.run.job.training.max_off_policy_steps
+    if bound == 0:
+        while cursor.step < plan.total_steps:
+            t0 = time.perf_counter()
+            generated = await _generate(t, plan, cursor, cursor.step)
+            cursor = await _learn(t, plan, generated, time.perf_counter() - t0)
+            await _after_step(t, plan, cursor)
+        return
+    ahead = Ahead(lambda c, version: _generate(t, plan, c, version), cursor, cursor.step,
+                  plan.total_steps, bound, lambda c: c.step)
+    async with ahead:
+        while cursor.step < plan.total_steps:
+            t0 = time.perf_counter()
+            generated = await ahead.next()
+            cursor = await _learn(t, plan, generated, time.perf_counter() - t0)
+            await ahead.advanced(cursor.step)
+            await _after_step(t, plan, cursor)
+
+
+async def _after_step(t: Session, plan: _Plan, cursor: Cursor) -> None:
+    """The evaluation and the checkpoint due after ``cursor``'s step."""
     interval = t.run.job.rl.hyperparameters.resolved("eval_interval")
     every = t.run.job.training.checkpoint_every
-    await sync_engine(t, cursor.step)  # a resumed or warm-started policy is not the base
-    if fresh and plan.val_tasks:
-        await evaluate_step(t, 0)
-    while cursor.step < plan.total_steps:
-        cursor = await _step(t, plan, cursor)
-        last = cursor.step == plan.total_steps
-        if plan.val_tasks and (cursor.step % interval == 0 or last):
-            await evaluate_step(t, cursor.step)
-        if cursor.step % every == 0 or last:
-            step = cursor.step
-            save_checkpoint(t.run.run_dir.path, cursor, t.learner, {"total_steps": plan.total_steps},
-                            on_file=lambda name: t.hooks.point("checkpoint", step))
-            t.hooks.status(f"checkpoint step {cursor.step}")
+    last = cursor.step == plan.total_steps
+    if plan.val_tasks and (cursor.step % interval == 0 or last):
+        await evaluate_step(t, cursor.step)
+    if cursor.step % every == 0 or last:
+        step = cursor.step
+        save_checkpoint(t.run.run_dir.path, cursor, t.learner, {"total_steps": plan.total_steps},
+                        on_file=lambda name: t.hooks.point("checkpoint", step))
+        t.hooks.status(f"checkpoint step {cursor.step}")

@@ -50,6 +50,7 @@ class TrainDisplay:
     def __init__(self, console: Console) -> None:
         self.console = console
         self._bar: RolloutProgress | None = None
+        self._bar_name = ""
 
     def __enter__(self) -> "TrainDisplay":
         return self
@@ -71,15 +72,31 @@ class TrainDisplay:
 
     def _phase(self, name: str, total: int) -> None:
         self._close()
-        self._bar = RolloutProgress(self.console, total).__enter__()
+        self._bar, self._bar_name = RolloutProgress(self.console, total).__enter__(), name
         self._bar.status(name)
 
+    def _close_phase(self, prefix: str) -> None:
+        """Close the bar if it is the phase that just ended; with async rollouts it may already
+        be the next step's generation, which goes on below the printed line."""
+        if self._bar_name.startswith(prefix):
+            self._close()
+
+    def _counts(self, rollout: Rollout) -> bool:
+        """Whether ``rollout`` belongs to the bar's phase (with async rollouts a step's generation
+        and an evaluation run at once; a bar counts its own rollouts only)."""
+        name, step = self._bar_name, rollout.step
+        if name.startswith("step "):
+            return ":eval-" not in rollout.run_id and name.startswith(f"step {step}/")
+        if name.startswith("eval @ step "):
+            return ":eval-" in rollout.run_id and name == f"eval @ step {step}"
+        return True
+
     def _rollout(self, rollout: Rollout) -> None:
-        if self._bar is not None:
+        if self._bar is not None and self._counts(rollout):
             self._bar.done(rollout)
 
     def _step(self, step: int, m: dict[str, float]) -> None:
-        self._close()
+        self._close_phase(f"step {step}/")
         g = m.get
         if "sft/tokens" in m:
             self.console.print(
@@ -103,7 +120,7 @@ class TrainDisplay:
             f"t {g('time/rollouts_s', 0):.0f}+{g('time/update_s', 0):.0f}s")
 
     def _eval(self, step: int, summary: EvalSummary) -> None:
-        self._close()
+        self._close_phase(f"eval @ step {step}")
         self.console.print(f"[bold]eval @ step {step}[/]  {summary_line(summary)}")
 
     def final(self, result: TrainResult) -> None:

@@ -31,6 +31,9 @@ def serve_cmd(
                                    "to its schema (default: as the run was trained; on for a model)."),
     dtype: str = typer.Option(None, help="auto, bfloat16, float32, float16 (default: the run's engine.dtype)."),
     device: str = typer.Option(None, help="cpu, cuda, cuda:1 (default: the run's engine.device)."),
+    engine_type: str = typer.Option("transformers", "--engine", help="transformers (streams token by "
+                                    "token, any machine) or vllm (a vLLM server arft starts from "
+                                    ".venv-vllm; `make setup-vllm`)."),
 ) -> None:
     """Serve a tuned agent with an OpenAI-compatible /v1/chat/completions (tools, streaming)."""
     import uvicorn
@@ -38,6 +41,7 @@ def serve_cmd(
     from arft.app.serve.models import served_models
     from arft.app.serve.server import build_app
     from arft.config import EngineSpec
+    from arft.engines.base import EngineError
     from arft.models.loading import ModelNotFound
     from arft.tracing.store import StoreError
 
@@ -53,9 +57,10 @@ def serve_cmd(
             fail(f"--dtype/--device: {e}")
     try:
         with err.status("loading") as status:
-            models = served_models(target, name=name, base=base, engine=engine, max_tokens=max_tokens,
-                                   constrain=constrain, on_status=lambda s: status.update(s))
-    except (ValueError, StoreError, ModelNotFound) as e:
+            models = served_models(target, name=name, base=base, engine=engine, engine_type=engine_type,
+                                   max_tokens=max_tokens, constrain=constrain,
+                                   on_status=lambda s: status.update(s))
+    except (ValueError, StoreError, ModelNotFound, EngineError) as e:
         fail(str(e))
     for m in models:
         console.print(f"serving [bold]{m.name}[/]  (tool calls {'constrained' if m.constrain else 'free'})")

@@ -182,6 +182,14 @@ class TrainingSpec(Spec):
     bf16_autocast: bool | Auto = "auto"
     """bf16 autocast for the update: ``auto`` uses it where bf16 is fast (GPUs, and CPUs with
     native bf16, measured at start); on CPUs without it bf16 is emulated about 100x slower."""
+    max_off_policy_steps: int = Field(default=0, ge=0, le=8)
+    """Async rollouts: the rollouts of step N+1 are generated while step N updates, from weights
+    at most this many steps older than the ones the update starts from. 0: synchronous, every
+    step samples from the newest weights (and a resumed run repeats the uninterrupted one
+    exactly). With 1 or 2 the engine samples from its own copy of the weights, which follows
+    every update; the truncated importance weight (``tis_cap``) between the trainer's and the
+    recorded logprobs corrects for the older sampler. Rollouts older than the bound are dropped
+    and counted (``train/stale_dropped``)."""
     checkpoint_every: int = 5
     """Steps between checkpoints (also one at the end)."""
     max_steps: int | None = None

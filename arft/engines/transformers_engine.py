@@ -33,7 +33,9 @@ run once before them (``arft.engines.prefill``). The store is cleared whenever a
 A request's decoding state and the rules that end it (eos, stop strings, length) live in
 ``arft.engines.decode_rows``; the batch's KV cache in ``arft.engines.kv_batch``.
 
-The model is used as is (no copy): a trainer may update its weights in place between calls.
+The model is used as is (no copy): a trainer may update its weights in place between calls, or
+while requests run through ``write_weights``, which waits for the forward pass under way
+(``arft.engines.snapshot`` samples from its own copy of a policy that way).
 torch and transformers are imported lazily, inside the functions that need them.
 """
 
@@ -127,6 +129,11 @@ class TransformersEngine:
         self._cache_kwarg, self._forward_kwargs = forward_kwargs(model)
         self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
+        self._weights_lock = threading.Lock()
+        """Held by the worker during each forward pass and by ``write_weights``."""
+        self._weights_free = threading.Event()
+        """Cleared while a ``write_weights`` waits, so the worker lets it in before its next pass."""
+        self._weights_free.set()
         self._stop = threading.Event()
         self._rng: "torch.Generator | None" = None
         self._wakeup: asyncio.Event | None = None
@@ -149,6 +156,17 @@ class TransformersEngine:
         """Forget every stored prefix. Not needed after in-place weight updates (detected), only
         when the model's outputs change some other way (e.g. switching a peft adapter)."""
         self.prefix_cache.clear()
+
+    def write_weights(self, write: Callable[[Any], None]) -> None:
+        """Call ``write(model)`` between two forward passes (from any thread but the worker's;
+        it blocks until the pass under way ends). Rows being decoded go on with the new weights;
+        the prefix store notices the change and is cleared before the next prefill."""
+        self._weights_free.clear()
+        try:
+            with self._weights_lock:
+                write(self.model)
+        finally:
+            self._weights_free.set()
 
     # ----------------------------------------------------------------- event-loop side
 
@@ -266,23 +284,30 @@ class TransformersEngine:
     def _decode_loop(self, owned: list[Request]) -> None:
         batch: KVBatch | None = None
         while not self._stop.is_set():
-            room = self.max_batch_size - (batch.size if batch else 0)
-            if room > 0 and (batch is None or batch.mergeable):
-                new = self._take(room)
-                owned.extend(new)
-                if new:
-                    fresh = self._retire(self._prefill(new))
-                    if batch is None:
-                        batch = fresh
-                    elif fresh is not None:
-                        batch.merge(fresh)
-            if batch is None:
-                if not self._inbox:
-                    return
-                continue
-            self._decode_step(batch)
-            batch = self._retire(batch)
-            owned[:] = [r for r in owned if not r.delivered]
+            self._weights_free.wait()  # a weight write waiting goes first
+            with self._weights_lock:
+                batch = self._admit_and_decode(batch, owned)
+            if batch is None and not self._inbox:
+                return
+
+    def _admit_and_decode(self, batch: KVBatch | None, owned: list[Request]) -> KVBatch | None:
+        """Admit waiting requests while there is room, then one decode step for every row."""
+        room = self.max_batch_size - (batch.size if batch else 0)
+        if room > 0 and (batch is None or batch.mergeable):
+            new = self._take(room)
+            owned.extend(new)
+            if new:
+                fresh = self._retire(self._prefill(new))
+                if batch is None:
+                    batch = fresh
+                elif fresh is not None:
+                    batch.merge(fresh)
+        if batch is None:
+            return None
+        self._decode_step(batch)
+        batch = self._retire(batch)
+        owned[:] = [r for r in owned if not r.delivered]
+        return batch
 
     def _prefill(self, requests: list[Request]) -> KVBatch:
         """Run the prompts of ``requests`` (reusing stored prefixes, each distinct prompt once)

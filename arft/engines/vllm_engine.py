@@ -20,13 +20,16 @@ both sides enforced the same grammar. vLLM does not write forced text without sa
 (the transformers engine's jump-forward), so a small model's constrained calls are weaker there.
 
 Weights: ``sync(policy, step)`` after every update. ``lora`` saves the adapter and loads it under
-the versioned name ``step-N`` (the next requests name it; the old one is unloaded); ``merged``
-writes the base weights plus the LoRA delta (or the full weights) as bf16 safetensors and reloads
-them in place. Both reset the prefix cache, so no request reuses keys and values of old weights.
+the versioned name ``step-N`` (the next requests name it; older ones are unloaded once no request
+under way can name them); ``merged`` writes the base weights plus the LoRA delta (or the full
+weights) as bf16 safetensors and reloads them in place. Both reset the prefix cache, preempting
+requests under way (async rollouts) so that they recompute their keys and values: no request
+reuses keys and values of old weights.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -40,7 +43,7 @@ from arft.engines.vllm_server import SERVED_NAME, ServerOptions, VLLMServer, vll
 from arft.models.constraints import Grammar, JsonGrammar, ToolGrammar, with_search_patterns
 
 if TYPE_CHECKING:
-    from arft.config import JobSpec
+    from arft.config import EngineSpec, JobSpec
 
 LOOK_AHEAD_TOKENS = 8
 """Tokens sampled after a stop to see whether a continuation string follows (as the transformers engine)."""
@@ -56,7 +59,8 @@ class VLLMEngine:
     supports_constraints = True
 
     def __init__(self, base_url: str, tokenizer: Any, *, server: VLLMServer | None = None,
-                 sync: str = "merged", weights_dir: Path | None = None, timeout_s: float = 600) -> None:
+                 sync: str = "merged", weights_dir: Path | None = None, timeout_s: float = 600,
+                 keep_adapters: int = 1) -> None:
         self.base_url = base_url.rstrip("/")
         self.tokenizer = tokenizer
         self.server = server
@@ -64,6 +68,10 @@ class VLLMEngine:
         self.weights_dir = weights_dir
         self.model = SERVED_NAME
         """The name requests use: the base, or the adapter of the last ``sync``."""
+        self.keep_adapters = keep_adapters
+        """Adapters kept loaded: the newest, and with async rollouts those that requests still
+        under way may name (``training.max_off_policy_steps`` + 1)."""
+        self._adapters: list[str] = []
         self.masker = ToolCallMasker(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
         self._client = json_client(timeout_s)  # one pooled client per event loop
         self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "generated_tokens": 0}
@@ -80,16 +88,43 @@ class VLLMEngine:
         cpu = pick_device(spec.device) == "cpu"
         sync = spec.sync if spec.sync != "auto" else ("merged" if cpu or job.training.finetune == "full" else "lora")
         weights = run_dir / "vllm-weights"
+        keep = job.training.max_off_policy_steps + 1
         if spec.base_url:
-            return cls(spec.base_url, tokenizer, sync=sync, weights_dir=weights)
+            return cls(spec.base_url, tokenizer, sync=sync, weights_dir=weights, keep_adapters=keep)
+        return cls.launch(spec, resolve_model_dir(job.model_ref), run_dir / "vllm.log", tokenizer,
+                          max_model_len=job.rollout.max_tokens,
+                          lora_rank=job.training.lora.r if sync == "lora" else None, max_loras=keep + 1,
+                          on_status=on_status, sync=sync, weights_dir=weights, keep_adapters=keep)
+
+    @classmethod
+    def launch(cls, spec: EngineSpec, model_dir: str, log: Path, tokenizer: Any, *, max_model_len: int,
+               lora_rank: int | None = None, max_loras: int = 2,
+               on_status: Callable[[str], None] = lambda s: None, **engine: Any) -> "VLLMEngine":
+        """Start a server on ``model_dir`` sized by ``spec`` (``engine.max_model_len`` or
+        ``max_model_len``; runtime LoRA adapters up to ``lora_rank``), its output in ``log``;
+        ``engine``: this class's keyword arguments."""
+        from arft.models.loading import pick_device
+
         options = ServerOptions(
-            model_dir=resolve_model_dir(job.model_ref),
-            dtype="bfloat16" if spec.dtype == "auto" else spec.dtype,
-            max_model_len=spec.max_model_len or job.rollout.max_tokens, kv_cache_gb=spec.kv_cache_gb,
-            max_lora_rank=job.training.lora.r if sync == "lora" else None, cpu=cpu)
-        server = VLLMServer.start(options, vllm_python(spec.vllm_python), run_dir / "vllm.log",
-                                  spec.startup_timeout_s, on_status)
-        return cls(server.base_url, tokenizer, server=server, sync=sync, weights_dir=weights)
+            model_dir=model_dir, dtype="bfloat16" if spec.dtype == "auto" else spec.dtype,
+            max_model_len=spec.max_model_len or max_model_len, kv_cache_gb=spec.kv_cache_gb,
+            max_lora_rank=lora_rank, max_loras=max_loras, cpu=pick_device(spec.device) == "cpu")
+        server = VLLMServer.start(options, vllm_python(spec.vllm_python), log, spec.startup_timeout_s, on_status)
+        return cls(server.base_url, tokenizer, server=server, **engine)
+
+    def named(self, model: str) -> "VLLMEngine":
+        """An engine on the same server whose requests name ``model`` (an adapter loaded with
+        ``load_adapter``, or the base); it does not own the server."""
+        other = VLLMEngine(self.base_url, self.tokenizer)
+        other.model = model
+        return other
+
+    def load_adapter(self, name: str, path: Path) -> None:
+        """Load the peft adapter folder ``path`` into the server under ``name`` (blocking: from
+        a coroutine, run it in a thread)."""
+        r = httpx.post(f"{self.base_url}/v1/load_lora_adapter", timeout=120,
+                       json={"lora_name": name, "lora_path": str(path.resolve())})
+        self._check(r, "/v1/load_lora_adapter")
 
     def check_grammar(self, grammar: Grammar) -> None:
         """Compile ``grammar`` here with xgrammar (what vLLM uses) so that a schema it cannot
@@ -182,16 +217,24 @@ class VLLMEngine:
         return f"; server log: {self.server.log}" if self.server is not None else ""
 
     async def reset_prefix_cache(self) -> None:
-        await self._post("/reset_prefix_cache", None)
+        """Drop every cached key and value; requests under way (async rollouts) are preempted
+        and recompute theirs with the current weights."""
+        answer = await self._post("/reset_prefix_cache?reset_running_requests=true", None)
+        if isinstance(answer, dict) and answer.get("success") is False:
+            raise EngineError("vLLM could not reset its prefix cache after a weight sync (blocks still "
+                              f"held), so later requests could reuse old weights' keys{self._log_hint()}")
 
     async def _post(self, path: str, payload: Any) -> Any:
         r = await self._client.get().post(f"{self.base_url}{path}", json=payload)
-        if r.status_code != 200:
-            raise EngineError(f"vLLM {path} answered {r.status_code}: {r.text[:400]}{self._log_hint()}")
+        self._check(r, path)
         try:
             return r.json() if r.content else None
         except ValueError:  # some routes answer plain text ("Success: LoRA adapter ... added")
             return r.text
+
+    def _check(self, r: httpx.Response, path: str) -> None:
+        if r.status_code != 200:
+            raise EngineError(f"vLLM {path} answered {r.status_code}: {r.text[:400]}{self._log_hint()}")
 
     async def sync(self, policy: Any, step: int) -> float:
         """Make the server sample from ``policy``'s current weights (see the module docstring);
@@ -203,16 +246,18 @@ class VLLMEngine:
             raise EngineError("this vLLM engine has no folder for weights: build it with weights_dir")
         if self.sync_mode == "lora":
             path = self.weights_dir / f"step-{step}"
-            policy.save_pretrained(path)
-            name, old = f"step-{step}", self.model
-            await self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())})
+            await asyncio.to_thread(policy.save_pretrained, path)  # rollouts under way go on meanwhile
+            name = f"step-{step}"
+            await asyncio.to_thread(self.load_adapter, name, path)
             self.model = name
-            if old != SERVED_NAME:
-                await self._post("/v1/unload_lora_adapter", {"lora_name": old})
+            self._adapters.append(name)
+            while len(self._adapters) > self.keep_adapters:  # none of the requests under way names it
+                await self._post("/v1/unload_lora_adapter", {"lora_name": self._adapters.pop(0)})
         else:
             from arft.engines.vllm_server import save_vllm_dir
 
-            folder = save_vllm_dir(merged_copy(policy), self.tokenizer, self.weights_dir / "merged")
+            folder = await asyncio.to_thread(lambda: save_vllm_dir(merged_copy(policy), self.tokenizer,
+                                                                   self.weights_dir / "merged"))
             await self._post("/collective_rpc", {"method": "reload_weights",
                                                  "kwargs": {"weights_path": str(folder.resolve())}})
         await self.reset_prefix_cache()

@@ -65,6 +65,8 @@ class ServerOptions:
     kv_cache_gb: float = 2.0
     max_lora_rank: int | None = None
     """Enable runtime LoRA adapters up to this rank (None: no LoRA)."""
+    max_loras: int = 2
+    """Adapters loaded at once: the newest, those async rollouts still sample from, one loading."""
     cpu: bool = True
     extra_args: list[str] = field(default_factory=list)
 
@@ -78,7 +80,8 @@ class ServerOptions:
         if self.cpu:
             cmd += ["--block-size", "32"]  # the CPU attention needs a multiple of 32
         if self.max_lora_rank:
-            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", "2"]
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank), "--max-loras", str(self.max_loras),
+                    "--max-cpu-loras", str(self.max_loras)]
         return cmd + self.extra_args
 
     def env(self) -> dict[str, str]:

@@ -27,9 +27,11 @@ def run_job(run_dir: Path) -> JobSpec:
     return JobSpec.model_validate(runs[0]["job"])
 
 
-def tuned_model(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tuple[JobSpec, Any, Any]:
-    """``(job, model, tokenizer)``: ``run_dir``'s latest checkpoint applied to its base model, the
-    LoRA adapter merged in, in float32 on the CPU (``model``/``tokenizer``: a base already loaded).
+def tuned_policy(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tuple[JobSpec, Any, Any]:
+    """``(job, policy, tokenizer)``: ``run_dir``'s latest checkpoint loaded into its base model,
+    in float32 on the CPU: with LoRA the peft model, adapter not merged (``save_pretrained``
+    writes the adapter folder); a full fine-tune's model itself (``model``/``tokenizer``: a
+    base already loaded).
 
     Raises ``ValueError`` for a directory without a training run or without a checkpoint."""
     from safetensors.torch import load_file
@@ -50,9 +52,17 @@ def tuned_model(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tupl
         from peft import set_peft_model_state_dict
 
         set_peft_model_state_dict(policy, state)
-        return job, policy.merge_and_unload().eval(), tokenizer
-    policy.load_state_dict(state)
+    else:
+        policy.load_state_dict(state)
     return job, policy.eval(), tokenizer
+
+
+def tuned_model(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tuple[JobSpec, Any, Any]:
+    """``(job, model, tokenizer)``: ``tuned_policy`` with a LoRA adapter merged in (a plain model)."""
+    job, policy, tokenizer = tuned_policy(run_dir, model, tokenizer)
+    if job.training.finetune == "lora":
+        return job, policy.merge_and_unload().eval(), tokenizer
+    return job, policy, tokenizer
 
 
 def merge_run(run_dir: Path, out_dir: Path, model: Any = None, tokenizer: Any = None) -> Path:

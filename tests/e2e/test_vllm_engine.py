@@ -144,3 +144,60 @@ async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any,
     err_new = sum(abs(a - b) for a, b in zip(after.logprobs, new)) / len(new)
     err_old = sum(abs(a - b) for a, b in zip(before.logprobs, old)) / len(old)
     assert err_new < 0.1 and err_old > 4 * err_new and seconds < 30, (err_new, err_old)
+
+
+async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_path: Path) -> None:
+    """`arft serve RUN_DIR --engine vllm`: one server holds the base, the run's adapter is loaded
+    under the run's name; the tuned name samples from the checkpoint's weights, the base name
+    from the base's."""
+    import openai
+    from safetensors.torch import load_file, save_file
+
+    from arft.app.serve.models import served_models
+    from arft.app.serve.server import build_app
+    from arft.app.train import train
+    from arft.config import EngineSpec
+    from arft.serving import serve
+    from arft.trainer.merge import tuned_policy
+    from arft.tracing.run_dir import RunDir
+
+    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
+    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
+    method = job.method.model_copy(deep=True)
+    method.reinforcement.hyperparameters = hp
+    job = job.model_copy(update={
+        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
+        "training": job.training.model_copy(update={"max_steps": 1, "group_size": 2, "eval_tasks": 1}),
+        "logging": job.logging.model_copy(update={"tensorboard": False})})
+    run = tmp_path / "calc-tuned"
+    await train(job, run)
+    checkpoint = RunDir(run).latest_checkpoint()
+    assert checkpoint is not None
+    state = load_file(str(checkpoint / "trainable.safetensors"))
+    g = torch.Generator().manual_seed(0)  # an adapter that moves the outputs well past bf16 noise
+    state = {k: (torch.randn(v.shape, generator=g) * 0.3 if "lora_B" in k else v) for k, v in state.items()}
+    save_file(state, str(checkpoint / "trainable.safetensors"))
+
+    spec = EngineSpec(type="vllm", vllm_python=str(ROOT / DEFAULT_VENV / "bin" / "python"))
+    models = await asyncio.to_thread(served_models, str(run), engine=spec, engine_type="vllm")
+    tuned, base = models
+    try:
+        assert (tuned.name, base.name) == ("calc-tuned", "smollm2-135m-instruct")
+        assert (run / "serve-vllm" / "adapter" / "adapter_config.json").is_file()
+        fmt = ChatFormat(tuned.engine.tokenizer)
+        p = prompt(fmt)
+        _, policy, _ = tuned_policy(run)
+        got = await tuned.engine.generate(p.ids, params(fmt, seed=3, temperature=1.0))
+        plain = await base.engine.generate(p.ids, params(fmt, seed=3, temperature=1.0))
+        err_tuned = sum(abs(a - b) for a, b in zip(got.logprobs, teacher_forced(policy, p.ids, got.token_ids, 1.0)))
+        err_base = sum(abs(a - b) for a, b in zip(plain.logprobs, teacher_forced(policy, p.ids, plain.token_ids, 1.0)))
+        assert err_tuned / len(got.logprobs) < 0.1 and err_base / len(plain.logprobs) > 0.4, (err_tuned, err_base)
+        with serve(build_app(models)) as url:
+            c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            assert {m.id for m in c.models.list().data} == {"calc-tuned", "smollm2-135m-instruct"}
+            r = c.chat.completions.create(model="calc-tuned", max_tokens=24, seed=1,
+                                          messages=[{"role": "user", "content": "What is 84 * 20?"}])
+            assert r.model == "calc-tuned" and r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    finally:
+        await tuned.engine.aclose()  # it owns the server
+    assert tuned.engine.server is not None and tuned.engine.server.process.poll() is not None

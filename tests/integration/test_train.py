@@ -12,6 +12,7 @@ import torch
 from arft.config import load_job
 from arft.trainer.merge import merge_run
 from arft.app.train import train
+from arft.trainer.learner import wrap_policy
 from tests.training import LengthGrader, write_datasets
 
 
@@ -111,3 +112,30 @@ async def test_eval_tasks_limit_evals_and_metrics_reach_mlflow(tmp_path: Path, t
     run_id = (tmp_path / "run" / "mlflow_run_id.txt").read_text().strip()
     assert [m.step for m in client.get_metric_history(run_id, "eval/reward_mean")] == [0, 1]
     assert client.get_metric_history(run_id, "update/tokens")[0].value > 0
+
+
+async def test_async_rollouts_generate_the_next_step_during_the_update(tmp_path: Path, tokenizer: Any) -> None:
+    from arft.app.learning import Hooks
+    from arft.tracing.store import RunStore
+
+    job = load_job(write_job(tmp_path))
+    job = job.model_copy(update={"training": job.training.model_copy(update={"max_off_policy_steps": 1})})
+    events: list[tuple[str, int]] = []
+    hooks = Hooks(point=lambda name, step: events.append((name, step)) if name in ("step", "update") else None,
+                  step_done=lambda step, m: events.append(("done", step)))
+    result = await train(job, tmp_path / "run", model=tiny(tokenizer), tokenizer=tokenizer, grader=LengthGrader(),
+                         max_batch_size=4, hooks=hooks)
+    assert [m["step"] for m in result.history] == [1, 2, 3] and set(result.evals) == {0, 2, 3}
+    # step 2's rollouts began before step 1's update ended, from the weights before it
+    assert events.index(("step", 2)) < events.index(("done", 1))
+    assert [m["train/off_policy_steps"] for m in result.history] == [0.0, 1.0, 1.0]
+    assert all(m["train/stale_dropped"] == 0 and m["update/tokens"] > 0 for m in result.history)
+    assert all(m["time/weight_sync_s"] >= 0 and "time/wait_rollouts_s" in m for m in result.history)
+    with RunStore(tmp_path / "run" / "arft.sqlite") as store:  # each step's rollouts stored once
+        steps = sorted(r.step for r in store.rollouts("train"))
+    assert steps == [1] * 6 + [2] * 6 + [3] * 6
+    from peft import get_peft_model_state_dict
+
+    saved = adapter(tmp_path / "run")  # the policy was trained (not the engine's copy)
+    fresh = get_peft_model_state_dict(wrap_policy(tiny(tokenizer), job.training, job.seed))
+    assert any(not torch.equal(fresh[k], saved[k]) for k in saved)

@@ -11,7 +11,8 @@
   named ``name`` or the reference itself.
 
 Each served model gets its own ``TransformersEngine`` (continuous batching, KV reuse across the
-turns of a conversation). torch and transformers load only here, when a model is served.
+turns of a conversation), or with ``engine_type="vllm"`` a vLLM server (``arft.app.serve.vllm``).
+torch and transformers load only here, when a model is served.
 """
 
 from __future__ import annotations
@@ -35,18 +36,27 @@ def is_run_dir(target: str | Path) -> bool:
 
 
 def served_models(target: str, *, name: str | None = None, base: bool = True,
-                  engine: EngineSpec | None = None, max_tokens: int = 1024,
-                  constrain: bool | None = None, model: Any = None, tokenizer: Any = None,
-                  on_status: Callable[[str], None] = lambda s: None) -> list[ServedModel]:
+                  engine: EngineSpec | None = None, engine_type: str = "transformers",
+                  max_tokens: int = 1024, constrain: bool | None = None, model: Any = None,
+                  tokenizer: Any = None, on_status: Callable[[str], None] = lambda s: None
+                  ) -> list[ServedModel]:
     """The models to serve for ``target`` (see the module docstring).
 
     ``engine``: dtype, device, batch size and KV budget (default: the run's ``engine`` section,
-    or the defaults). ``constrain``: hold every tool call to its schema (default: as the run
-    did; on for a plain model). ``model``/``tokenizer``: the (base) model, already loaded.
+    or the defaults). ``engine_type``: ``transformers`` or ``vllm`` (``arft.app.serve.vllm``).
+    ``constrain``: hold every tool call to its schema (default: as the run did; on for a plain
+    model). ``model``/``tokenizer``: the (base) model, already loaded.
     Raises ``ValueError`` (or ``ModelNotFound``) with what to do.
     """
     from arft.models.loading import load_model
 
+    if engine_type not in ("transformers", "vllm"):
+        raise ValueError(f"engine {engine_type!r} cannot serve: use transformers or vllm")
+    if engine_type == "vllm":
+        from arft.app.serve.vllm import vllm_models
+
+        return vllm_models(target, name=name, base=base, engine=engine, max_tokens=max_tokens,
+                           constrain=constrain, on_status=on_status)
     if not is_run_dir(target):
         spec = engine or EngineSpec()
         on_status(f"loading model {target}")
@@ -65,20 +75,31 @@ def served_models(target: str, *, name: str | None = None, base: bool = True,
     tuned.to(device=base_model.device, dtype=base_model.dtype)
     fmt = ChatFormat(tokenizer, worked_example=job.rollout.worked_example)
     option = job.rollout.constrained_tool_calls if constrain is None else constrain
-    tuned_name = name or Path(target).resolve().name
+    tuned_name = tuned_name_of(target, name, job.model, base)
     models = [_served(tuned_name, tuned, tokenizer, fmt, spec, max_tokens, option)]
     if base:
-        if job.model == tuned_name:
-            raise ValueError(f"the tuned model's name {tuned_name!r} is the base model's: pick "
-                             "another with --name, or serve it alone with --no-base")
         models.append(_served(job.model, base_model, tokenizer, fmt, spec, max_tokens, option))
     return models
+
+
+def tuned_name_of(target: str, name: str | None, base_name: str, base: bool) -> str:
+    """The tuned model's API name: ``name``, or the run directory's name; it may not be the base's."""
+    tuned = name or Path(target).resolve().name
+    if base and tuned == base_name:
+        raise ValueError(f"the tuned model's name {tuned!r} is the base model's: pick another with "
+                         "--name, or serve it alone with --no-base")
+    return tuned
+
+
+def served(name: str, engine: Any, fmt: ChatFormat, max_tokens: int, constrain: bool | str | None) -> ServedModel:
+    """``engine`` behind the API name ``name``, tool calls constrained as ``constrain`` says."""
+    on = constrained_tool_calls("auto" if constrain is None else constrain, engine)
+    return ServedModel(name=name, engine=engine, fmt=fmt, constrain=on, max_tokens=max_tokens)
 
 
 def _served(name: str, model: Any, tokenizer: Any, fmt: ChatFormat, spec: EngineSpec,
             max_tokens: int, constrain: bool | str | None) -> ServedModel:
     engine = TransformersEngine(model, tokenizer, max_batch_size=spec.max_batch_size,
                                 prefix_cache_mb=spec.prefix_cache_mb)
-    on = constrained_tool_calls("auto" if constrain is None else constrain, engine)
-    return ServedModel(name=name, engine=engine, fmt=fmt, constrain=on, max_tokens=max_tokens)
+    return served(name, engine, fmt, max_tokens, constrain)
 

@@ -36,3 +36,14 @@ def test_a_target_that_is_no_run_and_no_model_says_how_to_get_it(tmp_path: Path)
 def test_a_bad_dtype_is_named() -> None:
     out = invoke("serve", "smollm2-135m-instruct", "--dtype", "int3", "--port", "0")
     assert out.exit_code == 2 and "--dtype/--device" in flat(out.stderr)
+
+
+def test_an_engine_that_cannot_serve_is_named() -> None:
+    out = invoke("serve", "smollm2-135m-instruct", "--engine", "tgi", "--port", "0")
+    assert out.exit_code == 2 and "engine 'tgi' cannot serve: use transformers or vllm" in flat(out.stderr)
+
+
+def test_without_vllm_the_vllm_engine_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no .venv-vllm here, and this interpreter has no vllm
+    out = invoke("serve", "smollm2-135m-instruct", "--engine", "vllm", "--port", "0")
+    assert out.exit_code == 2 and "needs vLLM: run `make setup-vllm`" in flat(out.stderr)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
 
 from arft.engines.base import EngineError
 from arft.engines.grammar import AFTER_CALL_TOKENS, ToolCallMasker, turn_tag
@@ -17,6 +18,7 @@ from arft.engines.vllm_engine import VLLMEngine
 from arft.engines.vllm_server import ServerOptions, VLLMServer, vllm_python
 from arft.models.chat import ChatFormat
 from arft.models.constraints import ConstraintError
+from arft.serving import serve
 
 EOS = "<|im_end|>"
 CALC = {"type": "function", "function": {"name": "calc", "description": "d", "parameters": {
@@ -77,3 +79,50 @@ def test_the_server_command_is_sized_from_the_options() -> None:
     assert cmd[cmd.index("--logprobs-mode") + 1] == "processed_logprobs"
     assert ServerOptions(model_dir="/m", kv_cache_gb=3).env()["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert json.dumps(cmd)  # plain strings only
+
+
+class SaveOnly:
+    """A stand-in policy: ``save_pretrained`` writes a marker file, as peft writes an adapter."""
+
+    def save_pretrained(self, path: Path) -> None:
+        path.mkdir(parents=True)
+        (path / "adapter_config.json").write_text("{}")
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+async def test_lora_sync_keeps_the_adapters_requests_under_way_may_name(tokenizer: Any, tmp_path: Path,
+                                                                       keep: int) -> None:
+    """With async rollouts (``keep`` = max_off_policy_steps + 1) the adapter of the previous step
+    stays loaded while requests sampled from it may still run; the prefix cache is reset with
+    the running requests preempted, and a failed reset is an error, not a silent stale cache."""
+    calls: list[tuple[str, Any]] = []
+    app = FastAPI()
+    reset_ok = {"value": True}
+
+    @app.post("/v1/load_lora_adapter")
+    async def load(request: Request) -> str:
+        calls.append(("load", (await request.json())["lora_name"]))
+        return "Success"
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload(request: Request) -> str:
+        calls.append(("unload", (await request.json())["lora_name"]))
+        return "Success"
+
+    @app.post("/reset_prefix_cache")
+    async def reset(reset_running_requests: bool = False) -> dict[str, bool]:
+        calls.append(("reset", reset_running_requests))
+        return {"success": reset_ok["value"]}
+
+    with serve(app) as url:
+        engine = VLLMEngine(url, tokenizer, sync="lora", weights_dir=tmp_path, keep_adapters=keep)
+        for step in (0, 1, 2):
+            assert await engine.sync(SaveOnly(), step) >= 0
+            assert engine.model == f"step-{step}" and (tmp_path / f"step-{step}").is_dir()
+        unloaded = [name for kind, name in calls if kind == "unload"]
+        assert unloaded == (["step-0", "step-1"] if keep == 1 else ["step-0"])
+        assert [v for kind, v in calls if kind == "reset"] == [True] * 3
+        reset_ok["value"] = False
+        with pytest.raises(EngineError, match="could not reset its prefix cache"):
+            await engine.sync(SaveOnly(), 3)
+        await engine.aclose()
