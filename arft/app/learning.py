@@ -196,6 +196,11 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int 
     if job.training.max_off_policy_steps > 0:  # the next step samples while this one updates
         from arft.engines.snapshot import SnapshotEngine
 
+        if str(policy.device).startswith("cpu"):
+            on_status("async rollouts on a CPU: generation and the update share its cores, so they "
+                      "overlap little (bench/demo_vllm.py: 1.23x slower on 2 cores); they pay where "
+                      "generation has its own device or tools are slow")
+
         return policy, SnapshotEngine.of(policy, tokenizer, **options), tokenizer
     return policy, TransformersEngine(policy, tokenizer, **options), tokenizer
 

@@ -201,3 +201,32 @@ async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_
     finally:
         await tuned.engine.aclose()  # it owns the server
     assert tuned.engine.server is not None and tuned.engine.server.process.poll() is not None
+
+
+async def test_async_rollouts_train_on_the_vllm_engine(tmp_path: Path) -> None:
+    """`max_off_policy_steps: 1` with a vLLM server arft starts: step 2's rollouts are sampled
+    while step 1 updates (from the step-0 weights), every update is synced, the run completes."""
+    from arft.app.learning import Hooks
+    from arft.app.train import train
+
+    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
+    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
+    method = job.method.model_copy(deep=True)
+    method.reinforcement.hyperparameters = hp
+    job = job.model_copy(update={
+        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
+        "engine": job.engine.model_copy(update={"type": "vllm", "sync": "lora",
+                                                "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python")}),
+        "training": job.training.model_copy(update={"max_steps": 3, "group_size": 2, "eval_tasks": 1,
+                                                    "max_off_policy_steps": 1}),
+        "logging": job.logging.model_copy(update={"tensorboard": False})})
+    events: list[tuple[str, int]] = []
+    hooks = Hooks(point=lambda name, step: events.append((name, step)) if name == "step" else None,
+                  step_done=lambda step, m: events.append(("done", step)))
+    result = await train(job, tmp_path / "run", hooks=hooks)
+    assert [m["train/off_policy_steps"] for m in result.history] == [0.0, 1.0, 1.0]
+    assert events.index(("step", 2)) < events.index(("done", 1))
+    synced = [m for m in result.history if m["update/tokens"] > 0]
+    assert all(m["time/weight_sync_s"] > 0 for m in synced)
+    loaded = sorted(p.name for p in (tmp_path / "run" / "vllm-weights").iterdir())
+    assert {f"step-{m['step']}" for m in synced} <= set(loaded)  # lora sync: one adapter per update
