@@ -165,28 +165,46 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
     if resume and checkpoint is None:
         raise ValueError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")
     plan = _Plan.of(job)
+    result = TrainResult(rd.path, plan.total_steps)
+    if job.cluster.ray is not None:  # the same loop, over Ray actors (arft.app.cluster)
+        from arft.app.cluster.driver import open_cluster_run
+
+        hooks.status(f"starting {job.cluster.ray.rollout_workers} rollout workers, "
+                     f"{job.cluster.ray.engine_replicas} engine replicas and the learner on Ray")
+        async with open_cluster_run(job, rd, plan.total_steps, model=model, tokenizer=tokenizer,
+                                    grader=grader) as crun:
+            nodes = {node for actors in crun.where.values() for node, _ in actors}
+            hooks.status(f"on Ray: {len(nodes)} nodes")
+            await _session(Session(crun, crun.learner, TRAIN_RUN_ID, plan.val_tasks, hooks, result),  # type: ignore[arg-type]
+                           plan, checkpoint)
+        return result
     hooks.status(f"loading model {job.model}")
     policy, engine, tokenizer = policy_engine(job, model, tokenizer, max_batch_size, rd.path, hooks.status)
     splits = {"train": plan.train_tasks, "validation": plan.val_tasks}
     async with open_run(job, rd, engine=engine, close_engine=True, grader=grader, splits=splits) as run:
         learner = Learner(policy, job.training, base_learning_rate(job.training, job.rl.hyperparameters.resolved(
             "learning_rate_multiplier")), plan.total_steps, job.sampling.temperature, tokenizer.pad_token_id or 0)
-        t = Session(run, learner, TRAIN_RUN_ID, plan.val_tasks, hooks, TrainResult(rd.path, plan.total_steps))
-        cursor = Cursor()
-        if checkpoint is not None:
-            cursor = resume_from(t, checkpoint)
-        else:
-            apply_init_from(t)
-            if not run.store.has_run(TRAIN_RUN_ID):
-                run.store.create_run(TRAIN_RUN_ID, "train", job_record(job))
-        t.sinks = open_sinks(job, rd.path, run.store, TRAIN_RUN_ID,
-                             resumed_from=cursor.step if checkpoint is not None else None)
-        try:
-            await _loop(t, plan, cursor, checkpoint is None)
-        finally:
-            close_sinks(t.sinks)
-        run.store.finish_run(TRAIN_RUN_ID, "completed")
-    return t.result
+        await _session(Session(run, learner, TRAIN_RUN_ID, plan.val_tasks, hooks, result), plan, checkpoint)
+    return result
+
+
+async def _session(t: Session, plan: _Plan, checkpoint: Path | None) -> None:
+    """Resume or start the run of ``t``, train it to the end, record it as completed."""
+    run = t.run
+    cursor = Cursor()
+    if checkpoint is not None:
+        cursor = resume_from(t, checkpoint)
+    else:
+        apply_init_from(t)
+        if not run.store.has_run(TRAIN_RUN_ID):
+            run.store.create_run(TRAIN_RUN_ID, "train", job_record(run.job))
+    t.sinks = open_sinks(run.job, run.run_dir.path, run.store, TRAIN_RUN_ID,
+                         resumed_from=cursor.step if checkpoint is not None else None)
+    try:
+        await _loop(t, plan, cursor, checkpoint is None)
+    finally:
+        close_sinks(t.sinks)
+    run.store.finish_run(TRAIN_RUN_ID, "completed")
 
 
 async def _loop(t: Session, plan: _Plan, cursor: Cursor, new_run: bool) -> None:

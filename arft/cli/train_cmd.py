@@ -38,6 +38,9 @@ def train_cmd(
         None, "--warm-start-min-reward", help="A success earns at least R (default: more than the worst sample)."),
     warm_start_epochs: int = typer.Option(6, "--warm-start-epochs", min=1, help="Passes over the successes "
                                                                                 "(4 per optimizer step)."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray", help="Run on a Ray cluster: auto (the one `ray start` made here), HOST:PORT, "
+                            "ray://HOST:10001, or local (a new one); sizes from the job's cluster.ray."),
 ) -> None:
     """Reinforcement fine-tuning: rollouts, grades, group-relative advantages, updates, evals."""
     if resume is not None:
@@ -51,6 +54,13 @@ def train_cmd(
     if init_from is not None:
         job = job.model_copy(update={"training": job.training.model_copy(
             update={"init_from": str(init_from.resolve())})})
+    from arft.app.cluster.driver import ClusterError
+
+    if ray_address is not None:
+        from arft.config import ClusterSpec, RaySpec
+
+        ray_spec = (job.cluster.ray or RaySpec()).model_copy(update={"address": ray_address})
+        job = job.model_copy(update={"cluster": ClusterSpec(ray=ray_spec)})
     run_dir = RunDir(resume.resolve()) if resume else (
         RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "train"))
     if resume is None:
@@ -63,6 +73,8 @@ def train_cmd(
         try:
             result = asyncio.run(_train(job, run_dir, resume is not None, plan, display))
         except ValueError as e:
+            fail(str(e))
+        except ClusterError as e:  # no cluster, too few resources, a lost learner: it says what to do
             fail(str(e))
     display.final(result)
     console.print(f"\nrun stored in [bold]{run_dir.path}[/]  —  export the model: arft merge {run_dir.path} OUT_DIR")

@@ -33,14 +33,14 @@ from arft.config.base import EMBEDDED_MODEL, Auto, Spec
 from arft.config.graders import BuiltinGraderSpec, GraderSpec, as_written
 from arft.config.job import Hyperparameters, JobSpec, Method, Reinforcement
 from arft.config.loading import JobError, load_job
-from arft.config.sections import (BudgetSpec, EngineSpec, LoggingSpec, LoraSpec, MlflowSpec,
-                                  RolloutSpec, SamplingSpec, TrainingSpec, WandbSpec)
+from arft.config.sections import (BudgetSpec, ClusterSpec, EngineSpec, LoggingSpec, LoraSpec, MlflowSpec,
+                                  RaySpec, RolloutSpec, SamplingSpec, TrainingSpec, WandbSpec)
 from arft.config.tools import EndpointToolSpec, McpToolSpec, PythonToolSpec, ShellToolSpec, ToolSpec
 
 __all__ = [
-    "EMBEDDED_MODEL", "Auto", "BudgetSpec", "BuiltinGraderSpec", "EndpointToolSpec", "EngineSpec",
+    "EMBEDDED_MODEL", "Auto", "BudgetSpec", "BuiltinGraderSpec", "ClusterSpec", "EndpointToolSpec", "EngineSpec",
     "GraderSpec", "Hyperparameters", "JobError", "JobSpec", "LoggingSpec", "LoraSpec",
-    "McpToolSpec", "Method", "MlflowSpec", "PythonToolSpec", "Reinforcement", "RolloutSpec",
+    "McpToolSpec", "Method", "MlflowSpec", "PythonToolSpec", "RaySpec", "Reinforcement", "RolloutSpec",
     "SamplingSpec", "ShellToolSpec", "Spec", "ToolSpec", "TrainingSpec", "WandbSpec", "as_written",
     "load_job",
 ]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, FieldSerializationInfo, field_serializer,
 from arft.config import auto
 from arft.config.base import EMBEDDED_MODEL, Auto, Spec
 from arft.config.graders import GraderSpec, as_written
-from arft.config.sections import (BudgetSpec, EngineSpec, LoggingSpec, RolloutSpec, SamplingSpec,
+from arft.config.sections import (BudgetSpec, ClusterSpec, EngineSpec, LoggingSpec, RolloutSpec, SamplingSpec,
                                   TrainingSpec)
 from arft.config.tools import ToolSpec, with_tool_type
 
@@ -113,6 +113,8 @@ class JobSpec(Spec):
     """The RL trainer's settings."""
     logging: LoggingSpec = Field(default_factory=LoggingSpec)
     """Where training metrics go besides the run store."""
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    """Scale-out (``cluster.ray``); by default everything runs in this process."""
     run_dir: str | None = None
     """Where runs are written (default: runs/<job name>-<time>), relative to the current dir."""
     base_dir: Path = Field(default=Path("."), exclude=True)

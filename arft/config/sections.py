@@ -239,3 +239,42 @@ class LoggingSpec(Spec):
     """Also log to Weights & Biases (default: off)."""
     mlflow: MlflowSpec | None = None
     """Also log to MLflow (default: off)."""
+
+
+class RaySpec(Spec):
+    """Scale-out on a Ray cluster (``arft train JOB --ray ADDRESS`` sets ``address``)."""
+
+    address: str | None = None
+    """The cluster: ``auto`` (the one ``ray start`` made on this machine), ``HOST:PORT``,
+    ``ray://HOST:10001``, or ``local`` (a cluster started for this run alone)."""
+    rollout_workers: int = Field(default=2, ge=1)
+    """Rollout worker actors. Each runs whole rollouts with its own tools, sandboxes and grader,
+    so tool traffic stays on its node."""
+    engine_replicas: int = Field(default=1, ge=1)
+    """Engine actors: each holds a copy of the model and serves the workers assigned to it (a
+    rollout's turns all go to its worker's replica)."""
+    worker_cpus: float = Field(default=1.0, gt=0)
+    """CPUs reserved for each rollout worker."""
+    worker_concurrency: int | None = Field(default=None, ge=1)
+    """Rollouts one worker runs at once (default: ``rollout.concurrency`` split across the
+    workers). Set it to a worker's own capacity (its sandboxes, its tools' limits) so that more
+    workers run more rollouts at once."""
+    engine_cpus: float = Field(default=1.0, gt=0)
+    """CPUs reserved for each engine replica."""
+    engine_gpus: float = Field(default=0.0, ge=0)
+    """GPUs for each engine replica (0 on a CPU cluster)."""
+    learner_cpus: float = Field(default=1.0, gt=0)
+    """CPUs reserved for the learner actor."""
+    learner_gpus: float = Field(default=0.0, ge=0)
+    """GPUs for the learner actor."""
+    max_restarts: int = Field(default=2, ge=0)
+    """Restarts of a worker or engine actor that died; its unfinished rollouts run again."""
+    rollout_timeout_s: float = Field(default=3600, gt=0)
+    """A rollout that has not returned after this long is marked ``infra_failed``."""
+
+
+class ClusterSpec(Spec):
+    """Where a run's parts run besides this process (default: all of it here)."""
+
+    ray: RaySpec | None = None
+    """Rollout workers, engine replicas and the learner as Ray actors."""

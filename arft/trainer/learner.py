@@ -165,15 +165,7 @@ class Learner:
         return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
 
     def load_trainable_state(self, state: dict[str, Any]) -> None:
-        if self.spec.finetune == "lora":
-            from peft import set_peft_model_state_dict
-
-            result = set_peft_model_state_dict(self.policy, state)
-            unexpected = getattr(result, "unexpected_keys", [])
-            if unexpected:
-                raise ValueError(f"checkpoint has adapter keys this model lacks: {unexpected[:3]}")
-        else:
-            self.policy.load_state_dict(state)
+        load_trainable(self.policy, self.spec, state)
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
@@ -182,6 +174,19 @@ class Learner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def load_trainable(policy: Any, spec: TrainingSpec, state: dict[str, Any]) -> None:
+    """Load ``state`` (``Learner.trainable_state``: the adapter, or every weight) into ``policy``."""
+    if spec.finetune == "lora":
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(policy, state)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ValueError(f"checkpoint has adapter keys this model lacks: {unexpected[:3]}")
+    else:
+        policy.load_state_dict(state)
 
 
 def _enable_checkpointing(policy: Any) -> None:

@@ -1,0 +1,257 @@
+"""The driver of a scaled-out run: it only schedules and writes the store.
+
+``open_cluster_run(job, run_dir)`` connects to Ray, reserves one placement group for the whole
+run (the learner, ``engine_replicas`` engines and ``rollout_workers`` workers, spread over the
+nodes), starts the actors of ``arft.app.cluster.actors`` and yields a ``ClusterRun``: the same
+``runner`` / ``engine`` / ``store`` faces the single-process trainer uses, so ``arft.app.train``
+runs its own loop over it unchanged, plus a ``RemoteLearner`` in place of the in-process
+``Learner``.
+
+* ``ClusterRunner.run_many`` sends each rollout to a worker (round robin, the same per-rollout
+  seeds as the in-process runner, so the data order and rollout counts match), awaits them with
+  Ray's own futures, writes every returned rollout to the store in the driver (the single source
+  of truth) and calls ``on_done``. A rollout whose worker died is sent again to the next worker
+  (the dead one restarts, ``max_restarts``), so nothing is lost and nothing is stored twice;
+  after ``max_restarts + 1`` failed tries, or ``rollout_timeout_s``, it raises, naming the task.
+* ``ClusterEngines.sync`` publishes the learner's weights once into Ray's object store and every
+  replica loads them before the next rollouts (a replica that restarts loads the latest itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arft.app.cluster import actors
+from arft.config import JobSpec, RaySpec
+from arft.records import Rollout, Task, TrainBatch
+from arft.tracing.run_dir import RunDir
+from arft.tracing.store import RunStore
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not run the job (no cluster, too few resources, a lost learner)."""
+
+
+@dataclass
+class ClusterRunner:
+    """``run_many`` over rollout worker actors (see the module docstring)."""
+
+    workers: list[Any]
+    store: RunStore
+    spec: RaySpec
+    owners: dict[str, int] = field(default_factory=dict)
+    """trace_id -> the index of the worker that ran it."""
+    resent: int = 0
+    """Rollouts sent again because their worker died."""
+    _next: itertools.count = field(default_factory=itertools.count)
+
+    async def run_many(self, tasks: Sequence[Task], samples: int, *, run_id: str = "",
+                       step: int | None = None, seed: int | None = None,
+                       on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+        """``samples`` rollouts of every task, in task order (as ``RolloutRunner.run_many``)."""
+
+        async def one(i: int, task: Task, k: int) -> Rollout:
+            rollout_seed = None if seed is None else seed + 1000 * (samples * i + k)
+            rollout = await self._run_somewhere(task, k, run_id, step, rollout_seed)
+            self.store.add_rollout(rollout)
+            if on_done is not None:
+                on_done(rollout)
+            return rollout
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                running = [group.create_task(one(i, t, k)) for i, t in enumerate(tasks) for k in range(samples)]
+        except BaseExceptionGroup as errors:
+            raise errors.exceptions[0] from None
+        return [r.result() for r in running]
+
+    async def _run_somewhere(self, task: Task, k: int, run_id: str, step: int | None,
+                             seed: int | None) -> Rollout:
+        from ray.exceptions import RayActorError
+
+        tries = self.spec.max_restarts + 1
+        for attempt in range(tries):
+            w = next(self._next) % len(self.workers)
+            try:
+                rollout: Rollout = await asyncio.wait_for(
+                    self.workers[w].run_one.remote(task, k, run_id, step, seed), self.spec.rollout_timeout_s)
+            except RayActorError as e:
+                self.resent += 1
+                if attempt == tries - 1:
+                    raise ClusterError(f"task {task.id}: its rollout's worker died {tries} times ({e}); "
+                                       "see `ray status` and the workers' logs, then resume with --resume") from e
+                continue
+            except TimeoutError:
+                raise ClusterError(f"task {task.id}: a rollout did not return within "
+                                   f"cluster.ray.rollout_timeout_s ({self.spec.rollout_timeout_s:.0f} s)") from None
+            self.owners[rollout.trace_id] = w
+            return rollout
+        raise AssertionError("unreachable")
+
+
+@dataclass
+class ClusterEngines:
+    """The engine replicas, seen by the trainer as one engine with ``sync``."""
+
+    replicas: list[Any]
+    learner: Any
+    version: int = 0
+
+    async def sync(self, policy: Any, step: int) -> float:
+        """Publish the learner's weights as ``step`` and load them into every replica (``policy``:
+        the ``RemoteLearner``'s, unused: the weights are the learner actor's)."""
+        import time
+
+        start = time.perf_counter()
+        weights = self.learner.publish.remote(step)  # one object, fetched by every replica
+        await asyncio.gather(*(r.load.remote(weights, step) for r in self.replicas))
+        self.version = step
+        return time.perf_counter() - start
+
+    async def aclose(self) -> None:
+        """The replicas end with the run's placement group."""
+
+
+class RemoteLearner:
+    """The ``Learner`` calls the trainer and checkpoints make, forwarded to the learner actor."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        self.policy = actor  # what ``sync_engine`` hands to ``ClusterEngines.sync``
+
+    def _get(self, ref: Any) -> Any:
+        import ray
+        from ray.exceptions import RayActorError
+
+        try:
+            return ray.get(ref)
+        except RayActorError as e:
+            raise ClusterError(f"the learner actor was lost ({e}); the run stops here: resume it with "
+                               "`arft train JOB --resume` from its last checkpoint") from e
+
+    def update(self, batch: TrainBatch) -> dict[str, float]:
+        return self._get(self.actor.update.remote(batch))
+
+    def supervised_update(self, batch: TrainBatch) -> dict[str, float]:
+        return self._get(self.actor.supervised_update.remote(batch))
+
+    def trainable_state(self) -> dict[str, Any]:
+        return self._get(self.actor.trainable_state.remote())
+
+    def load_trainable_state(self, state: dict[str, Any]) -> None:
+        self._get(self.actor.load_trainable_state.remote(state))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._get(self.actor.state_dict.remote())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._get(self.actor.load_state_dict.remote(state))
+
+
+@dataclass
+class ClusterRun:
+    """What ``arft.app.train`` needs of a run (as ``arft.app.run.Run``), on a Ray cluster."""
+
+    job: JobSpec
+    run_dir: RunDir
+    engine: ClusterEngines
+    store: RunStore
+    runner: ClusterRunner
+    learner: RemoteLearner
+    where: dict[str, list[tuple[str, int]]]
+    """(node id, pid) of every actor: ``workers``, ``replicas``, ``learner``."""
+
+
+def actor_prefix(run_dir: RunDir) -> str:
+    """The start of the run's actor names (``…learner``, ``…replica-0``, ``…worker-0``): with
+    ``ray.get_actor`` an operator (or a fault test) finds an actor of a run directory."""
+    return f"arft:{run_dir.path.resolve()}:"
+
+
+def connect(address: str | None) -> None:
+    """``ray.init`` the cluster at ``address`` (``local``: a new one for this process)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    root = str(Path(__file__).resolve().parents[3])  # workers import arft (and tests' modules) from here
+    env = {"env_vars": {"PYTHONPATH": root}}
+    try:
+        if address in (None, "local"):
+            ray.init(runtime_env=env, log_to_driver=False, include_dashboard=False)
+        else:
+            ray.init(address=address, runtime_env=env, log_to_driver=False)
+    except ConnectionError as e:
+        raise ClusterError(f"no Ray cluster at {address!r} ({e}): start one with `ray start --head`, or "
+                           "pass its address (HOST:PORT) with --ray") from e
+
+
+@contextlib.asynccontextmanager
+async def open_cluster_run(job: JobSpec, run_dir: RunDir, total_steps: int, *, model: Any = None,
+                           tokenizer: Any = None, grader: Any = None, engine: Any = None,
+                           ready_timeout_s: float = 300) -> AsyncIterator[ClusterRun]:
+    """Start the run's actors on ``job.cluster.ray``'s cluster; stop them on the way out.
+    ``model``/``tokenizer``/``grader``: objects to ship to the actors (tests), else the job's;
+    ``engine``: a ready engine each replica serves instead of the model (benchmarks' stubs)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    spec = job.cluster.ray
+    assert spec is not None
+    connect(spec.address)
+    bundles = ([{"CPU": spec.learner_cpus, **({"GPU": spec.learner_gpus} if spec.learner_gpus else {})}]
+               + [{"CPU": spec.engine_cpus, **({"GPU": spec.engine_gpus} if spec.engine_gpus else {})}]
+               * spec.engine_replicas + [{"CPU": spec.worker_cpus}] * spec.rollout_workers)
+    pg = placement_group(bundles, strategy="SPREAD")
+    try:
+        await asyncio.wait_for(pg.ready(), ready_timeout_s)
+    except TimeoutError:
+        remove_placement_group(pg)
+        raise ClusterError(f"the cluster cannot place the run's actors ({bundles}) within {ready_timeout_s:.0f} s: "
+                           f"it has {ray.cluster_resources()}; lower cluster.ray's worker/engine counts or CPUs, "
+                           "or add nodes") from None
+
+    def on(i: int) -> dict[str, Any]:
+        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)}
+
+    # The actors' arguments are put in the object store once and held here for the whole run:
+    # a restarting actor rebuilds from them (freed arguments would make its restart fail).
+    job_ref, grader_ref, tokenizer_ref = ray.put(job), ray.put(grader), ray.put(tokenizer)
+    model_args = {} if model is None else {"model": ray.put(model), "tokenizer": tokenizer_ref}
+    if engine is not None:
+        model_args["engine"] = ray.put(engine)
+    restarts = {"max_restarts": spec.max_restarts, "max_task_retries": 0}
+    name = actor_prefix(run_dir)
+    learner = ray.remote(actors.LearnerActor).options(
+        name=f"{name}learner", num_cpus=spec.learner_cpus, num_gpus=spec.learner_gpus,
+        **on(0)).remote(job_ref, total_steps, **{k: v for k, v in model_args.items() if k != "engine"})
+    replicas = [ray.remote(actors.EngineReplica).options(
+        name=f"{name}replica-{i}", num_cpus=spec.engine_cpus, num_gpus=spec.engine_gpus, max_concurrency=1000,
+        **restarts, **on(1 + i)).remote(job_ref, learner, **model_args) for i in range(spec.engine_replicas)]
+    concurrency = spec.worker_concurrency or max(1, job.rollout.concurrency // spec.rollout_workers)
+    workers = [ray.remote(actors.RolloutWorker).options(
+        name=f"{name}worker-{i}", num_cpus=spec.worker_cpus, max_concurrency=concurrency, **restarts,
+        **on(1 + spec.engine_replicas + i)).remote(job_ref, replicas[i % len(replicas)], grader_ref, tokenizer_ref)
+        for i in range(spec.rollout_workers)]
+    try:
+        where = {"learner": [await learner.where.remote()],
+                 "replicas": [await r.where.remote() for r in replicas],
+                 "workers": await asyncio.gather(*(w.start.remote() for w in workers))}
+        with RunStore(run_dir.store) as store:
+            runner = ClusterRunner(workers, store, spec)
+            yield ClusterRun(job, run_dir, ClusterEngines(replicas, learner), store, runner,
+                             RemoteLearner(learner), where)
+    finally:
+        for w in workers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(w.close.remote(), 30)
+        for actor in [*workers, *replicas, learner]:
+            ray.kill(actor, no_restart=True)
+        remove_placement_group(pg)
