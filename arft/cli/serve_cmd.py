@@ -8,6 +8,7 @@ transformers, fastapi, uvicorn) happen inside the command.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import typer
 
@@ -40,7 +41,6 @@ def serve_cmd(
 
     from arft.app.serve.models import served_models
     from arft.app.serve.server import build_app
-    from arft.config import EngineSpec
     from arft.engines.base import EngineError
     from arft.models.loading import ModelNotFound
     from arft.tracing.store import StoreError
@@ -49,12 +49,7 @@ def serve_cmd(
     problem = port_problem(host, port, "another `arft serve`?")
     if problem:
         fail(problem)
-    engine = None
-    if dtype or device:
-        try:
-            engine = EngineSpec(**{k: v for k, v in (("dtype", dtype), ("device", device)) if v})
-        except ValueError as e:
-            fail(f"--dtype/--device: {e}")
+    engine = _engine_spec(dtype, device)
     try:
         with err.status("loading") as status:
             models = served_models(target, name=name, base=base, engine=engine, engine_type=engine_type,
@@ -67,6 +62,18 @@ def serve_cmd(
     auth = f", bearer key from ${api_key_env}" if key else ""
     console.print(f"OpenAI-compatible API at [bold]http://{host}:{port}/v1[/]{auth}  (Ctrl-C to stop)")
     uvicorn.run(build_app(models, key), host=host, port=port, log_level="warning")
+
+
+def _engine_spec(dtype: str | None, device: str | None) -> Any:
+    """An ``EngineSpec`` with --dtype/--device, or None (the run's or the defaults)."""
+    from arft.config import EngineSpec
+
+    if not (dtype or device):
+        return None
+    try:
+        return EngineSpec(**{k: v for k, v in (("dtype", dtype), ("device", device)) if v})
+    except ValueError as e:
+        fail(f"--dtype/--device: {e}")
 
 
 def _api_key(env: str | None) -> str | None:

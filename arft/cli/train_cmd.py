@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 
+from arft.app.cluster.driver import ClusterError
 from arft.app.learning import TrainResult
 from arft.app.sft import SftOptions
 from arft.app.train import train
@@ -51,16 +52,7 @@ def train_cmd(
         job = load_job(job_file)
     except JobError as e:
         fail(str(e))
-    if init_from is not None:
-        job = job.model_copy(update={"training": job.training.model_copy(
-            update={"init_from": str(init_from.resolve())})})
-    from arft.app.cluster.driver import ClusterError
-
-    if ray_address is not None:
-        from arft.config import ClusterSpec, RaySpec
-
-        ray_spec = (job.cluster.ray or RaySpec()).model_copy(update={"address": ray_address})
-        job = job.model_copy(update={"cluster": ClusterSpec(ray=ray_spec)})
+    job = _on_ray(_init_from(job, init_from), ray_address)
     run_dir = RunDir(resume.resolve()) if resume else (
         RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "train"))
     if resume is None:
@@ -72,9 +64,7 @@ def train_cmd(
     with TrainDisplay(console) as display:
         try:
             result = asyncio.run(_train(job, run_dir, resume is not None, plan, display))
-        except ValueError as e:
-            fail(str(e))
-        except ClusterError as e:  # no cluster, too few resources, a lost learner: it says what to do
+        except (ValueError, ClusterError) as e:  # a cluster error: no cluster, too few resources, a lost learner
             fail(str(e))
     display.final(result)
     console.print(f"\nrun stored in [bold]{run_dir.path}[/]  —  export the model: arft merge {run_dir.path} OUT_DIR")
@@ -86,6 +76,23 @@ async def _train(job: JobSpec, run_dir: RunDir, resume: bool, plan: WarmStart | 
         job, warm = await expert_iteration(job, run_dir, plan, hooks=display.hooks())
         console.print(f"warm start: {warm.demos} successes imitated ({warm_start_dir(run_dir)})")
     return await train(job, run_dir, resume=resume, hooks=display.hooks())
+
+
+def _init_from(job: JobSpec, init_from: Path | None) -> JobSpec:
+    """``job`` with --init-from as its ``training.init_from``."""
+    if init_from is None:
+        return job
+    return job.model_copy(update={"training": job.training.model_copy(update={"init_from": str(init_from.resolve())})})
+
+
+def _on_ray(job: JobSpec, address: str | None) -> JobSpec:
+    """``job`` on the Ray cluster at ``address`` (--ray), sized by its ``cluster.ray`` (or the defaults)."""
+    if address is None:
+        return job
+    from arft.config import ClusterSpec, RaySpec
+
+    spec = (job.cluster.ray or RaySpec()).model_copy(update={"address": address})
+    return job.model_copy(update={"cluster": ClusterSpec(ray=spec)})
 
 
 def _job_file_of(run_dir: Path) -> Path:

@@ -44,11 +44,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.decode_rows import FinishRules, Request, Row, generation, new_row
+from arft.engines.engine_stats import EngineStats
 from arft.engines.grammar import ToolCallMasker
 from arft.engines.hf_model import eos_ids, forward_kwargs, torch_device
 from arft.engines.kv_batch import KVBatch, growing_layer
@@ -61,31 +61,6 @@ if TYPE_CHECKING:
     import torch
 
     from arft.config import EngineSpec
-
-
-@dataclass
-class EngineStats:
-    """What the engine has done so far (written by the worker thread; read for monitoring)."""
-
-    requests: int = 0
-    """Requests answered (with a generation or an error)."""
-    generated_tokens: int = 0
-    prefills: int = 0
-    """Prefill forward passes (each admits one or more requests)."""
-    decode_steps: int = 0
-    """Decode forward passes (one token for every row in the batch)."""
-    max_rows: int = 0
-    """Most rows decoded together in one forward pass."""
-    decode_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
-    """How many decode steps ran with each batch size."""
-    prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
-    constrained_tokens: int = 0
-    """Tokens sampled under a grammar mask that excluded at least one token."""
-    prompt_tokens: int = 0
-    """Prompt tokens of the requests admitted."""
-    prefill_tokens: int = 0
-    """Prompt tokens actually run by prefill forward passes (the rest came from the prefix store
-    or from a duplicate prompt admitted together)."""
 
 
 class TransformersEngine:

@@ -200,47 +200,17 @@ async def open_cluster_run(job: JobSpec, run_dir: RunDir, total_steps: int, *, m
     ``model``/``tokenizer``/``grader``: objects to ship to the actors (tests), else the job's;
     ``engine``: a ready engine each replica serves instead of the model (benchmarks' stubs)."""
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    from ray.util.placement_group import remove_placement_group
 
     spec = job.cluster.ray
     assert spec is not None
     connect(spec.address)
-    bundles = ([{"CPU": spec.learner_cpus, **({"GPU": spec.learner_gpus} if spec.learner_gpus else {})}]
-               + [{"CPU": spec.engine_cpus, **({"GPU": spec.engine_gpus} if spec.engine_gpus else {})}]
-               * spec.engine_replicas + [{"CPU": spec.worker_cpus}] * spec.rollout_workers)
-    pg = placement_group(bundles, strategy="SPREAD")
+    pg = await _reserve(spec, ready_timeout_s)
+    started: list[Any] = []
+    held: list[Any] = []  # the actors' arguments: a restarting actor rebuilds from them
     try:
-        await asyncio.wait_for(pg.ready(), ready_timeout_s)
-    except TimeoutError:
-        remove_placement_group(pg)
-        raise ClusterError(f"the cluster cannot place the run's actors ({bundles}) within {ready_timeout_s:.0f} s: "
-                           f"it has {ray.cluster_resources()}; lower cluster.ray's worker/engine counts or CPUs, "
-                           "or add nodes") from None
-
-    def on(i: int) -> dict[str, Any]:
-        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)}
-
-    # The actors' arguments are put in the object store once and held here for the whole run:
-    # a restarting actor rebuilds from them (freed arguments would make its restart fail).
-    job_ref, grader_ref, tokenizer_ref = ray.put(job), ray.put(grader), ray.put(tokenizer)
-    model_args = {} if model is None else {"model": ray.put(model), "tokenizer": tokenizer_ref}
-    if engine is not None:
-        model_args["engine"] = ray.put(engine)
-    restarts = {"max_restarts": spec.max_restarts, "max_task_retries": 0}
-    name = actor_prefix(run_dir)
-    learner = ray.remote(actors.LearnerActor).options(
-        name=f"{name}learner", num_cpus=spec.learner_cpus, num_gpus=spec.learner_gpus,
-        **on(0)).remote(job_ref, total_steps, **{k: v for k, v in model_args.items() if k != "engine"})
-    replicas = [ray.remote(actors.EngineReplica).options(
-        name=f"{name}replica-{i}", num_cpus=spec.engine_cpus, num_gpus=spec.engine_gpus, max_concurrency=1000,
-        **restarts, **on(1 + i)).remote(job_ref, learner, **model_args) for i in range(spec.engine_replicas)]
-    concurrency = spec.worker_concurrency or max(1, job.rollout.concurrency // spec.rollout_workers)
-    workers = [ray.remote(actors.RolloutWorker).options(
-        name=f"{name}worker-{i}", num_cpus=spec.worker_cpus, max_concurrency=concurrency, **restarts,
-        **on(1 + spec.engine_replicas + i)).remote(job_ref, replicas[i % len(replicas)], grader_ref, tokenizer_ref)
-        for i in range(spec.rollout_workers)]
-    try:
+        learner, replicas, workers = _start_actors(job, spec, pg, run_dir, total_steps, started, held,
+                                                   model=model, tokenizer=tokenizer, grader=grader, engine=engine)
         where = {"learner": [await learner.where.remote()],
                  "replicas": [await r.where.remote() for r in replicas],
                  "workers": await asyncio.gather(*(w.start.remote() for w in workers))}
@@ -249,9 +219,63 @@ async def open_cluster_run(job: JobSpec, run_dir: RunDir, total_steps: int, *, m
             yield ClusterRun(job, run_dir, ClusterEngines(replicas, learner), store, runner,
                              RemoteLearner(learner), where)
     finally:
-        for w in workers:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(w.close.remote(), 30)
-        for actor in [*workers, *replicas, learner]:
+        for actor in started:
+            if hasattr(actor, "close"):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(actor.close.remote(), 30)
+        for actor in started:
             ray.kill(actor, no_restart=True)
         remove_placement_group(pg)
+
+
+async def _reserve(spec: RaySpec, timeout_s: float) -> Any:
+    """One placement group for the run: the learner, the replicas, the workers (spread over nodes)."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    bundles = ([{"CPU": spec.learner_cpus, **({"GPU": spec.learner_gpus} if spec.learner_gpus else {})}]
+               + [{"CPU": spec.engine_cpus, **({"GPU": spec.engine_gpus} if spec.engine_gpus else {})}]
+               * spec.engine_replicas + [{"CPU": spec.worker_cpus}] * spec.rollout_workers)
+    pg = placement_group(bundles, strategy="SPREAD")
+    try:
+        await asyncio.wait_for(pg.ready(), timeout_s)
+    except TimeoutError:
+        remove_placement_group(pg)
+        raise ClusterError(f"the cluster cannot place the run's actors ({bundles}) within {timeout_s:.0f} s: "
+                           f"it has {ray.cluster_resources()}; lower cluster.ray's worker/engine counts or CPUs, "
+                           "or add nodes") from None
+    return pg
+
+
+def _start_actors(job: JobSpec, spec: RaySpec, pg: Any, run_dir: RunDir, total_steps: int, started: list[Any],
+                  held: list[Any], **objects: Any) -> tuple[Any, list[Any], list[Any]]:
+    """The learner, replicas and workers, each in its bundle of ``pg`` (appended to ``started``;
+    their arguments' object refs to ``held``, which the caller keeps for the whole run)."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    def on(i: int) -> dict[str, Any]:
+        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)}
+
+    # Put in the object store once; freed arguments would make an actor's restart fail.
+    job_ref, grader_ref, tokenizer_ref = ray.put(job), ray.put(objects["grader"]), ray.put(objects["tokenizer"])
+    model = {} if objects["model"] is None else {"model": ray.put(objects["model"]), "tokenizer": tokenizer_ref}
+    stub = {} if objects["engine"] is None else {"engine": ray.put(objects["engine"])}
+    held.extend([job_ref, grader_ref, tokenizer_ref, *model.values(), *stub.values()])
+    restarts = {"max_restarts": spec.max_restarts, "max_task_retries": 0}
+    name = actor_prefix(run_dir)
+    learner = ray.remote(actors.LearnerActor).options(
+        name=f"{name}learner", num_cpus=spec.learner_cpus, num_gpus=spec.learner_gpus,
+        **on(0)).remote(job_ref, total_steps, **model)
+    started.append(learner)
+    replicas = [ray.remote(actors.EngineReplica).options(
+        name=f"{name}replica-{i}", num_cpus=spec.engine_cpus, num_gpus=spec.engine_gpus, max_concurrency=1000,
+        **restarts, **on(1 + i)).remote(job_ref, learner, **model, **stub) for i in range(spec.engine_replicas)]
+    started.extend(replicas)
+    concurrency = spec.worker_concurrency or max(1, job.rollout.concurrency // spec.rollout_workers)
+    workers = [ray.remote(actors.RolloutWorker).options(
+        name=f"{name}worker-{i}", num_cpus=spec.worker_cpus, max_concurrency=concurrency, **restarts,
+        **on(1 + spec.engine_replicas + i)).remote(job_ref, replicas[i % len(replicas)], grader_ref, tokenizer_ref)
+        for i in range(spec.rollout_workers)]
+    started.extend(workers)
+    return learner, replicas, workers
