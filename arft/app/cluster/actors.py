@@ -1,9 +1,10 @@
 """The Ray actors of a scaled-out run: plain classes, made actors by ``arft.app.cluster.driver``
 (``ray.remote(...)``), so this module imports nothing from Ray and runs in tests as is.
 
-* ``EngineReplica``: a ``TransformersEngine`` over its own copy of the policy. ``load`` writes the
-  learner's published weights between two forward passes; a replica that restarts after a crash
-  asks the learner for the latest published weights before it serves.
+* ``EngineReplica``: a ``TransformersEngine`` over its own copy of the policy (``load`` writes the
+  learner's published weights between two forward passes), or with ``engine.type: vllm`` a vLLM
+  server on the replica's node (``load`` syncs it as a single-process run does). A replica that
+  restarts after a crash asks the learner for the latest published weights before it serves.
 * ``RolloutWorker``: the job's tools, grader and a ``RolloutRunner`` whose engine is
   ``RemoteEngine`` (its replica); ``run_one`` runs one whole rollout there, so tool traffic and
   sandboxes stay on the worker's node. It keeps no store: the driver writes what it returns.
@@ -94,7 +95,15 @@ class EngineReplica:
     def __init__(self, job: JobSpec, learner: Any = None, model: Any = None, tokenizer: Any = None,
                  engine: Any = None) -> None:
         self.spec = job.training
-        self.engine = engine if engine is not None else self._transformers(job, model, tokenizer)
+        self._policy: Any = None
+        """With ``engine.type: vllm``: a CPU copy of the policy that published weights are loaded
+        into before the server syncs from it (vLLM reads weights from files)."""
+        if engine is not None:
+            self.engine = engine
+        elif job.engine.type == "vllm":
+            self.engine, self._policy = self._vllm(job, model, tokenizer)
+        else:
+            self.engine = self._transformers(job, model, tokenizer)
         self.version = -1
         """The published weights served (-1: the base, nothing published yet)."""
         self._learner = learner
@@ -109,6 +118,20 @@ class EngineReplica:
         policy = wrap_policy(model, job.training, job.seed).eval().requires_grad_(False)
         return TransformersEngine(policy, tokenizer, max_batch_size=job.engine.max_batch_size,
                                   prefix_cache_mb=job.engine.prefix_cache_mb)
+
+    @staticmethod
+    def _vllm(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
+        from arft.engines.vllm_engine import VLLMEngine
+        from arft.trainer.learner import wrap_policy
+
+        model, tokenizer = _load_model(job, model, tokenizer)
+        folder = Path(tempfile.mkdtemp(prefix="arft-replica-"))  # the server's log and synced weights
+        engine = VLLMEngine.from_job(job, folder, tokenizer)
+        return engine, wrap_policy(model, job.training, job.seed).eval()
+
+    async def close(self) -> None:
+        """Stop what the engine started (a vLLM server)."""
+        await self.engine.aclose()
 
     async def start(self) -> int:
         """Load the learner's latest published weights, once (a restarted replica must not serve
@@ -134,7 +157,12 @@ class EngineReplica:
         from arft.trainer.learner import load_trainable
 
         if version > self.version:
-            await asyncio.to_thread(self.engine.write_weights, lambda model: load_trainable(model, self.spec, state))
+            if self._policy is not None:  # vLLM: through the CPU copy, then the server's own sync
+                await asyncio.to_thread(load_trainable, self._policy, self.spec, state)
+                await self.engine.sync(self._policy, version)
+            else:
+                await asyncio.to_thread(self.engine.write_weights,
+                                        lambda model: load_trainable(model, self.spec, state))
             self.version = version
         return self.version
 
