@@ -32,6 +32,8 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: RunDi
     ``summary.json`` (``engine``, ``grader``: use these instead of the job's, and leave them open)."""
     run_dir = RunDir.of(run_dir)
     run_id = run_dir.path.name
+    if job.cluster.ray is not None:
+        on_status("cluster.ray is set, but arft eval runs in this process (only arft train scales out on Ray)")
     async with open_run(job, run_dir, engine=engine, grader=grader, splits={split: tasks}, on_status=on_status) as run:
         run.store.create_run(run_id, "eval", job_record(job))
         on_status("running rollouts")

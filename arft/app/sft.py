@@ -89,6 +89,8 @@ async def sft(job: JobSpec, data: Path, run_dir: RunDir | Path, *, options: SftO
     chosen = select(load_demonstrations(job, data), min_reward=options.min_reward, min_scores=options.min_scores,
                     best_of=options.best_of, limit=options.limit)
     val_tasks = load_split(job, "validation", job.training.eval_tasks) if options.evaluate else []
+    if job.cluster.ray is not None:
+        hooks.status("cluster.ray is set, but arft sft runs in this process (only arft train scales out on Ray)")
     hooks.status(f"loading model {job.model}")
     policy, engine, tokenizer = policy_engine(job, model, tokenizer, max_batch_size, rd.path, hooks.status)
     async with open_run(job, rd, engine=engine, close_engine=True, grader=grader,
