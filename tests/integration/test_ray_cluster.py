@@ -125,6 +125,29 @@ async def test_a_killed_actor_loses_and_duplicates_nothing(cluster: str, tmp_pat
     assert len(traces) == len(set(traces))
 
 
+async def test_a_lost_learner_stops_the_run_and_it_resumes_from_its_checkpoint(cluster: str, tmp_path: Path,
+                                                                             tokenizer: Any) -> None:
+    from arft.app.cluster.driver import ClusterError, actor_prefix
+    from arft.app.train import train
+    from arft.tracing.run_dir import RunDir
+
+    job = load_job(write_job(tmp_path))
+    job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": 2})})
+    run_dir = tmp_path / "run"
+
+    def point(name: str, step: int) -> None:
+        if name == "update" and step == 2:  # after step 1's checkpoint
+            ray.kill(ray.get_actor(actor_prefix(RunDir(run_dir)) + "learner"), no_restart=True)
+
+    kw = dict(tokenizer=tokenizer, grader=LengthGrader())
+    with pytest.raises(ClusterError, match=r"learner actor was lost.*--resume RUN_DIR"):
+        await train(on_ray(job, cluster), run_dir, model=tiny(tokenizer), hooks=_hooks([], point), **kw)
+    assert (run_dir / "checkpoints" / "latest").read_text().strip().endswith("1")
+    resumed = await train(on_ray(job, cluster), run_dir, resume=True, model=tiny(tokenizer), **kw)
+    assert [m["step"] for m in resumed.history] == [2]
+    assert {step: len(ids) for step, ids in per_step(run_dir).items()} == {1: 6, 2: 6}  # step 2 stored once
+
+
 async def test_every_tool_call_runs_on_the_worker_that_owns_the_rollout(cluster: str, tmp_path: Path,
                                                                         tokenizer: Any) -> None:
     from arft.app.cluster.driver import open_cluster_run

@@ -132,8 +132,9 @@ class RemoteLearner:
         try:
             return ray.get(ref)
         except RayActorError as e:
-            raise ClusterError(f"the learner actor was lost ({e}); the run stops here: resume it with "
-                               "`arft train JOB --resume` from its last checkpoint") from e
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ClusterError(f"the learner actor was lost ({first}); the run stops here: continue it from "
+                               "its last checkpoint with `arft train --resume RUN_DIR --ray ADDRESS`") from e
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
         return self._get(self.actor.update.remote(batch))
