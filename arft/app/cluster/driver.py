@@ -184,8 +184,8 @@ def connect(address: str | None) -> None:
     root = str(Path(__file__).resolve().parents[3])  # workers import arft (and tests' modules) from here
     env = {"env_vars": {"PYTHONPATH": root}}
     try:
-        if address in (None, "local"):
-            ray.init(runtime_env=env, log_to_driver=False, include_dashboard=False)
+        if address in (None, "local"):  # a new cluster for this process, even if one runs here
+            ray.init(address="local", runtime_env=env, log_to_driver=False, include_dashboard=False)
         else:
             ray.init(address=address, runtime_env=env, log_to_driver=False)
     except ConnectionError as e:
