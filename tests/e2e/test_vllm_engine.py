@@ -191,7 +191,10 @@ async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_
         plain = await base.engine.generate(p.ids, params(fmt, seed=3, temperature=1.0))
         err_tuned = sum(abs(a - b) for a, b in zip(got.logprobs, teacher_forced(policy, p.ids, got.token_ids, 1.0)))
         err_base = sum(abs(a - b) for a, b in zip(plain.logprobs, teacher_forced(policy, p.ids, plain.token_ids, 1.0)))
-        assert err_tuned / len(got.logprobs) < 0.1 and err_base / len(plain.logprobs) > 0.4, (err_tuned, err_base)
+        # bf16 on the server vs float32 here: ~0.1 a token with this large random adapter (0.14 seen
+        # on an AVX2-only CPU); the base weights are off by ~6 a token, so the bar is relative too.
+        per_tuned, per_base = err_tuned / len(got.logprobs), err_base / len(plain.logprobs)
+        assert per_tuned < 0.25 and per_base > 10 * per_tuned, (per_tuned, per_base)
         with serve(build_app(models)) as url:
             c = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
             assert {m.id for m in c.models.list().data} == {"calc-tuned", "smollm2-135m-instruct"}
