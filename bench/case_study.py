@@ -131,6 +131,7 @@ def run(env: str, args: argparse.Namespace) -> dict[str, Any]:
         import shutil
 
         shutil.rmtree(run_dir)
+        (out_dir / "result.json").unlink(missing_ok=True)  # it described the run just removed
     job = load_job_with_overrides(env, args, run_dir)
     t0 = time.perf_counter()
     step_rewards: dict[int, float] = {}
