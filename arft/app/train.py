@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from arft.metrics.sinks import close_sinks, open_sinks
 from arft.metrics.summary import flat_metrics, summarize
 from arft.records import Rollout, Task
 from arft.tracing.run_dir import RunDir
-from arft.trainer.advantages import group_advantages
+from arft.trainer.advantages import GroupAdvantages, group_advantages
 from arft.trainer.batching import to_train_batch
 from arft.trainer.checkpoints import Cursor, batch_for, save_checkpoint, steps_per_epoch
 from arft.trainer.learner import Learner, base_learning_rate
@@ -72,30 +72,41 @@ class _Plan:
         return cls(train_tasks, val_tasks, group_size, total)
 
 
+def _penalty(job: JobSpec, r: Rollout) -> float:
+    """The budget penalty of ``r``'s tool use (reported apart from its task reward)."""
+    b = job.budget
+    return budget_penalty(usage(r.tool_calls, b.unit, costs=b.tool_costs), b.soft_limit, b.penalty, b.kind)
+
+
+def _group_advantages(job: JobSpec, group: list[Rollout]) -> GroupAdvantages:
+    """Advantages of one group from its training rewards (task reward − budget penalty); a
+    rollout without a reward (infrastructure or grader failure) gets none: no fake zero."""
+    rewards = [None if r.reward is None else r.reward - _penalty(job, r) for r in group]
+    return group_advantages(rewards, job.training.normalize_std)
+
+
 def _advantages(job: JobSpec, rollouts: list[Rollout], group_size: int
                 ) -> tuple[list[float | None], dict[str, float]]:
     """Advantages for every rollout (groups of ``group_size`` in order) and reward metrics."""
-    b = job.budget
     advantages: list[float | None] = []
-    dropped, penalties, task_rewards = 0, [], []
+    dropped = 0
     for g in range(0, len(rollouts), group_size):
-        rewards: list[float | None] = []
-        for r in rollouts[g:g + group_size]:
-            if r.reward is None:
-                rewards.append(None)  # infrastructure or grader failure: no gradient, no fake zero
-                continue
-            p = budget_penalty(usage(r.tool_calls, b.unit, costs=b.tool_costs), b.soft_limit,
-                               b.penalty, b.kind)
-            penalties.append(p)
-            task_rewards.append(r.reward)
-            rewards.append(r.reward - p)
-        adv = group_advantages(rewards, job.training.normalize_std)
+        adv = _group_advantages(job, rollouts[g:g + group_size])
         dropped += adv.dropped
         advantages.extend(adv.values)
+    graded = [r for r in rollouts if r.reward is not None]
     n_groups = math.ceil(len(rollouts) / group_size)
     return advantages, {"train/groups_dropped": float(dropped), "train/groups": float(n_groups),
-                        "train/task_reward_mean": _mean(task_rewards),
-                        "train/budget_penalty_mean": _mean(penalties)}
+                        "train/task_reward_mean": _mean([r.reward for r in graded if r.reward is not None]),
+                        "train/budget_penalty_mean": _mean([_penalty(job, r) for r in graded])}
+
+
+def _resampled(job: JobSpec, plan: _Plan, n_rollouts: int) -> dict[str, float]:
+    """``train/groups_resampled`` (groups drawn beyond the batch) when dynamic sampling is on."""
+    if not job.training.dynamic_sampling:
+        return {}
+    batch = min(job.rl.hyperparameters.resolved("batch_size"), len(plan.train_tasks))
+    return {"train/groups_resampled": float(max(n_rollouts // plan.group_size - batch, 0))}
 
 
 def _mean(xs: list[float]) -> float:
@@ -111,11 +122,40 @@ async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Ge
     tasks = [plan.train_tasks[i] for i in idx]
     t.hooks.phase(f"step {after.step}/{plan.total_steps}", len(tasks) * plan.group_size)
     t.hooks.point("step", after.step)
-    rollouts = await t.run.runner.run_many(tasks, plan.group_size, run_id=TRAIN_RUN_ID, step=after.step,
-                                           seed=job.seed + 1_000_000 * after.step,
-                                           on_done=on_done(t.hooks, "generation", after.step))
+    rollouts = await _run_tasks(t, plan, tasks, after.step, done=0)
+    if job.training.dynamic_sampling:
+        rollouts, after = await _resample(t, plan, rollouts, after, len(tasks))
     release_memory()
     return Generated(after.step, version, rollouts, time.perf_counter() - t0, after)
+
+
+async def _run_tasks(t: Session, plan: _Plan, tasks: list[Task], step: int, done: int) -> list[Rollout]:
+    """``group_size`` rollouts of each task for ``step``; ``done``: tasks this step ran before
+    (their rollouts took the seeds before these)."""
+    seed = t.run.job.seed + 1_000_000 * step + 1000 * plan.group_size * done
+    return await t.run.runner.run_many(tasks, plan.group_size, run_id=TRAIN_RUN_ID, step=step, seed=seed,
+                                       on_done=on_done(t.hooks, "generation", step))
+
+
+async def _resample(t: Session, plan: _Plan, rollouts: list[Rollout], after: Cursor, wanted: int
+                    ) -> tuple[list[Rollout], Cursor]:
+    """Dynamic sampling (``training.dynamic_sampling`` rounds): for each group whose training
+    rewards were all equal, the next task of the data order, until ``wanted`` groups teach
+    something. Returns every rollout run (in groups) and the cursor past every task drawn."""
+    job, g = t.run.job, plan.group_size
+    bs = job.rl.hyperparameters.resolved("batch_size")
+    for _ in range(job.training.dynamic_sampling):
+        useful = sum(not _group_advantages(job, rollouts[i:i + g]).dropped for i in range(0, len(rollouts), g))
+        need = wanted - useful
+        if need <= 0:
+            break
+        idx, nxt = batch_for(after, len(plan.train_tasks), min(need, bs), job.seed)
+        after = replace(nxt, step=after.step)
+        t.hooks.phase(f"step {after.step}/{plan.total_steps}: {len(idx)} more tasks for groups of equal "
+                      "rewards", len(idx) * g)
+        more = await _run_tasks(t, plan, [plan.train_tasks[i] for i in idx], after.step, len(rollouts) // g)
+        rollouts = rollouts + more
+    return rollouts, after
 
 
 async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s: float) -> Cursor:
@@ -142,6 +182,7 @@ async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s
               "train/sequences": float(len(batch.input_ids)),
               "train/off_policy_steps": float(generated.off_policy_steps()),
               "train/stale_dropped": float(stale),
+              **_resampled(job, plan, len(rollouts)),
               "time/rollouts_s": generated.seconds, "time/update_s": t_update,
               "time/step_s": waited_s + t_update}
     if bound > 0:

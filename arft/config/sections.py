@@ -190,6 +190,12 @@ class TrainingSpec(Spec):
     every update; the truncated importance weight (``tis_cap``) between the trainer's and the
     recorded logprobs corrects for the older sampler. Rollouts older than the bound are dropped
     and counted (``train/stale_dropped``)."""
+    dynamic_sampling: int = Field(default=0, ge=0, le=8)
+    """DAPO's dynamic sampling: up to this many extra rounds a step, each drawing the next tasks
+    of the data order, one for each group whose training rewards were all equal (such a group
+    has no advantage, so no gradient), until the batch has ``batch_size`` groups that teach
+    something. The step trains on those; every task drawn is used up (the data order moves on
+    past it) and counted (``train/groups_resampled``). 0: off."""
     checkpoint_every: int = 5
     """Steps between checkpoints (also one at the end)."""
     max_steps: int | None = None

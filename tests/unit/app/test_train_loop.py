@@ -181,3 +181,53 @@ async def test_a_short_training_run(tmp_path: Path, tokenizer: Any) -> None:
     assert steps == ([("train", 1)] * 6 + [("train", 2)] * 6
                      + [("train:eval-000000", 0)] * 2 + [("train:eval-000002", 2)] * 2)
     assert runs == {"train": "completed", "train:eval-000000": "completed", "train:eval-000002": "completed"}
+
+
+class FlatOnEvenGrader(LengthGrader):
+    """0.5 for every answer to a task marked ``flat`` (a group with no variance), else by length."""
+
+    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+        return Score(score=0.5) if item.get("flat") else await super().grade(sample, item)
+
+
+async def test_dynamic_sampling_replaces_equal_reward_groups_with_the_next_tasks(tmp_path: Path,
+                                                                               tokenizer: Any) -> None:
+    """DAPO's dynamic sampling: a step whose groups had all-equal rewards draws the next tasks of
+    the data order until ``batch_size`` groups teach something (or its rounds are spent); the
+    data order moves past every task drawn, and the extra groups are counted."""
+    import random
+
+    from arft.models.loading import tiny_model
+
+    torch.set_num_threads(1)
+    write_job(tmp_path)
+    rows = [{"id": f"t{i}", "flat": i % 2 == 0, "messages": [{"role": "user", "content": f"Say something about {i}."}]}
+            for i in range(40)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    job = load_job(tmp_path / "job.json")
+    job = job.model_copy(update={"training": job.training.model_copy(update={"dynamic_sampling": 4})})
+    result = await train(job, tmp_path / "run", model=tiny_model(tokenizer, seed=5), tokenizer=tokenizer,
+                         grader=FlatOnEvenGrader(), max_batch_size=8)
+    with RunStore(tmp_path / "run" / "arft.sqlite") as store:
+        rollouts = [r for r in store.rollouts() if r.run_id == "train"]
+    order = list(range(40))
+    random.Random(job.seed * 1_000_003).shuffle(order)  # the data order of epoch 0
+    drawn: list[str] = []
+    for h in result.history:
+        step = [r for r in rollouts if r.step == h["step"]]
+        tasks = list(dict.fromkeys(r.task_id for r in step))  # in the order they were drawn
+        groups = {t: [r.reward for r in step if r.task_id == t] for t in tasks}
+        assert all(len(g) == 3 for g in groups.values())
+        useful = [t for t, g in groups.items() if len(set(g)) > 1]
+        flat_first = sum(len(set(groups[t])) == 1 for t in tasks[:2])
+        assert h["train/groups"] == len(tasks) and h["train/groups_resampled"] == len(tasks) - 2
+        assert h["train/groups_dropped"] == len(tasks) - len(useful)
+        assert len(useful) <= 2 and h["train/sequences"] == 3 * len(useful)
+        assert (len(tasks) > 2) == (flat_first > 0)  # resampled only when the batch had a flat group
+        assert len(useful) == 2 or len(tasks) <= 2 + 4 * 2  # filled, or its 4 rounds spent
+        drawn += tasks
+    assert drawn == [f"t{i}" for i in order[:len(drawn)]]  # no task skipped or repeated
+    assert len(drawn) > 4  # the flat tasks really were replaced
+    latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    state = json.loads((tmp_path / "run" / "checkpoints" / latest / "state.json").read_text())
+    assert state["cursor"] == {"step": 2, "epoch": 0, "index": len(drawn)}  # a resume goes on after them
