@@ -1,7 +1,7 @@
 """Behaviour benchmark: do the talk's behaviour results hold, over seeds? (issue 16)
 
     python bench/behaviour.py [--examples parallel_lookup long_tail] [--seeds 3] [--steps N]
-                              [--eval-tasks N] [--reward-tolerance 0.0]
+                              [--eval-tasks N] [--reward-tolerance 0.0] [--set S.F=V] [--retrain]
 
 Each example is trained with its own job (``bench/case_study.py ENV --seed S``: the job's seed,
 then +1, +2, ... — batches, sampling, adapter init and the eval's samples all follow it), and its
@@ -22,15 +22,20 @@ A seed whose run this benchmark finished before (same steps) is read back, not t
 (``--retrain`` trains it again), so examples run in separate commands, or a benchmark cut short,
 end in one full table.
 
-Output: tables on stdout and ``bench/out/behaviour/result.json`` (written after every run, so an
-interrupted benchmark keeps what it finished); each run's directory and ``result.json`` are
-``bench/out/case_<ENV>-behaviour-seed<S>/``.
+``--set SECTION.FIELD=VALUE`` (repeatable) runs a variant: every run with that job setting, in
+its own folders (``case_<ENV>-behaviour-<SETTING>-seed<S>``) and result file, e.g.
+``--set training.dynamic_sampling=2`` beside the plain runs.
+
+Output: tables on stdout and ``bench/out/behaviour/result[-<SETTING>].json`` (written after every
+run, so an interrupted benchmark keeps what it finished); each run's directory and
+``result.json`` are ``bench/out/case_<ENV>-behaviour[-<SETTING>]-seed<S>/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -131,16 +136,21 @@ def finished_run(env: str, tag: str, steps: int | None) -> dict[str, Any] | None
     return res if res.get("steps") == wanted else None
 
 
+def variant(settings: list[str] | None) -> str:
+    """The folder-name suffix of runs with ``--set`` overrides ('' without)."""
+    return "".join("-" + re.sub(r"[^A-Za-z0-9_.]+", "-", x) for x in settings or ())
+
+
 def run_seed(env: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """One training run of ``env`` with ``seed``: its before/after figures and claims. A run this
     benchmark finished before is read back unless ``--retrain``."""
-    tag = f"behaviour-seed{seed}"
+    tag = f"behaviour{variant(args.set)}-seed{seed}"
     res = None if args.retrain else finished_run(env, tag, args.steps)
     if res is not None:
         log(f"{env} seed {seed}: reusing the finished run in {res['run_dir']} (--retrain to train again)")
     else:
         ns = argparse.Namespace(job="job.yaml", train_file=None, train_limit=None, steps=args.steps,
-                                tag=tag, resume=False, seed=seed, eval_tasks=args.eval_tasks)
+                                tag=tag, resume=False, seed=seed, eval_tasks=args.eval_tasks, set=args.set)
         res = CASE_STUDY.run(env, ns)
     before, after, step = before_after(Path(res["run_dir"]))
     claims = CLAIMS[env](before, after, args.reward_tolerance)
@@ -195,6 +205,8 @@ def main() -> None:
     p.add_argument("--eval-tasks", type=int, help="override training.eval_tasks (default: the job's)")
     p.add_argument("--reward-tolerance", type=float, default=0.0,
                    help="'equal or better' reward: after >= before - this (default 0)")
+    p.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
+                   help="a variant: override a job setting in every run, e.g. training.dynamic_sampling=2")
     p.add_argument("--retrain", action="store_true",
                    help="train every seed again (default: read back runs this benchmark finished)")
     args = p.parse_args()
@@ -203,6 +215,7 @@ def main() -> None:
     from arft.config import load_job
 
     OUT.mkdir(parents=True, exist_ok=True)
+    out = OUT / f"result{variant(args.set)}.json"
     result: dict[str, Any] = {"command": "python bench/behaviour.py " + " ".join(sys.argv[1:]), "examples": {}}
     for env in args.examples:
         base_seed = load_job(ROOT / "examples" / env / "job.yaml").seed
@@ -211,7 +224,7 @@ def main() -> None:
             log(f"{env}: seed {base_seed + i} ({i + 1}/{args.seeds})")
             runs.append(run_seed(env, base_seed + i, args))
             result["examples"][env] = {"runs": runs, "aggregate": aggregate(runs)}
-            (OUT / "result.json").write_text(json.dumps(result, indent=2))  # kept after each run
+            out.write_text(json.dumps(result, indent=2))  # kept after each run
         print()
         print(table(env, result["examples"][env]))
     print()
@@ -219,7 +232,7 @@ def main() -> None:
         print(table(env, res))
         print()
     print(f"command: {result['command']}")
-    print(f"result: {OUT / 'result.json'}")
+    print(f"result: {out}")
 
 
 if __name__ == "__main__":

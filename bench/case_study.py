@@ -114,7 +114,25 @@ def load_job_with_overrides(env: str, args: argparse.Namespace, run_dir: Path) -
         job = job.model_copy(update={"seed": args.seed})
     if getattr(args, "eval_tasks", None):
         job = job.model_copy(update={"training": job.training.model_copy(update={"eval_tasks": args.eval_tasks})})
+    for setting in getattr(args, "set", None) or ():
+        job = with_setting(job, setting)
     return job
+
+
+def with_setting(job: Any, setting: str) -> Any:
+    """``job`` with ``SECTION.FIELD=VALUE`` set (VALUE read as YAML), the section validated again."""
+    import yaml
+    from pydantic import BaseModel
+
+    key, sep, raw = setting.partition("=")
+    section, dot, field = key.partition(".")
+    if not (sep and dot) or not isinstance(getattr(job, section, None), BaseModel):
+        sys.exit(f"--set {setting!r}: expected SECTION.FIELD=VALUE, e.g. training.dynamic_sampling=2")
+    spec = getattr(job, section)
+    if field not in type(spec).model_fields:
+        sys.exit(f"--set {setting!r}: {section} has no field {field!r} (it has {', '.join(type(spec).model_fields)})")
+    new = type(spec).model_validate({**spec.model_dump(), field: yaml.safe_load(raw)})
+    return job.model_copy(update={section: new})
 
 
 def run(env: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -212,6 +230,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, help="override training.max_steps")
     p.add_argument("--seed", type=int, help="override the job's seed (batches and sampling)")
     p.add_argument("--eval-tasks", type=int, help="override training.eval_tasks (validation tasks per eval)")
+    p.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
+                   help="override a job setting, e.g. training.dynamic_sampling=2 (repeatable)")
     p.add_argument("--tag", default="", help="suffix of the output folder (e.g. n10)")
     p.add_argument("--resume", action="store_true", help="continue the run directory's last checkpoint")
     p.add_argument("--report-only", action="store_true", help="print the stored result.json again")

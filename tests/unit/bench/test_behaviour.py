@@ -66,8 +66,21 @@ def test_a_finished_run_is_read_back_only_when_it_trained_the_steps_asked(tmp_pa
     monkeypatch.setattr(BEH.CASE_STUDY, "run", lambda env, ns: calls.append(ns) or {
         "steps": 6, "wall_s": 1.0, "run_dir": str(out / "run")})
     monkeypatch.setattr(BEH, "before_after", lambda d: (fig(), fig(reward=0.9), 6))
-    ns = argparse.Namespace(steps=None, eval_tasks=None, reward_tolerance=0.0, retrain=False)
+    ns = argparse.Namespace(steps=None, eval_tasks=None, reward_tolerance=0.0, retrain=False, set=None)
     BEH.run_seed("long_tail", 7, ns)
     assert calls == []  # read back
     BEH.run_seed("long_tail", 7, argparse.Namespace(**{**vars(ns), "retrain": True}))
     assert len(calls) == 1 and calls[0].seed == 7 and calls[0].tag == "behaviour-seed7"
+
+
+def test_a_variant_sets_a_job_field_validated_and_runs_in_its_own_folders() -> None:
+    from arft.config import load_job
+
+    job = load_job(ROOT / "examples" / "long_tail" / "job.yaml")
+    changed = BEH.CASE_STUDY.with_setting(job, "training.dynamic_sampling=2")
+    assert changed.training.dynamic_sampling == 2 and job.training.dynamic_sampling == 0
+    assert changed.training.group_size == job.training.group_size
+    for bad in ("training.dynamic_sampling=99", "training.no_such_field=1", "dynamic_sampling=2"):
+        with pytest.raises((SystemExit, ValueError)):
+            BEH.CASE_STUDY.with_setting(job, bad)
+    assert BEH.variant(None) == "" and BEH.variant(["training.dynamic_sampling=2"]) == "-training.dynamic_sampling-2"
