@@ -164,6 +164,11 @@ class TrainingSpec(Spec):
     micro_batch_size: int = 4
     """Sequences per forward/backward; gradients accumulate over the whole batch. Activation
     memory grows with it (SmolLM2-135M: ~0.7 GB per 512-token sequence without checkpointing)."""
+    micro_batch_tokens: int | None = Field(default=4096, ge=1)
+    """At most this many padded tokens (sequences × the longest) per forward/backward, so that
+    long multi-turn rollouts do not multiply activation memory (SmolLM2-135M in float32: ~1.4 MB
+    a token; four 2.5k-token rollouts at once took 14 GB); a longer sequence goes alone. ``null``:
+    ``micro_batch_size`` sequences whatever their length."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: far less memory, ~30 % more compute."""
     updates_per_batch: int = 1

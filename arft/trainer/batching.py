@@ -49,17 +49,27 @@ class Tensors:
         return int(self.target_mask.sum())
 
 
-def micro_batches(batch: TrainBatch, size: int, pad_id: int = 0) -> list[Tensors]:
-    """Split ``batch`` into right-padded micro-batches of at most ``size`` sequences.
+def groups_by_length(lengths: Sequence[int], size: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Indices of ``lengths`` in micro-batches: sorted by length (each pads little), at most
+    ``size`` sequences and, with ``max_tokens``, at most that many padded tokens (sequences ×
+    the longest) each; a sequence longer than ``max_tokens`` goes alone."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        g = groups[-1] if groups else None
+        if g is not None and len(g) < size and (max_tokens is None or (len(g) + 1) * lengths[i] <= max_tokens):
+            g.append(i)
+        else:
+            groups.append([i])
+    return groups
 
-    Sequences are sorted by length first so each micro-batch pads little.
-    """
+
+def micro_batches(batch: TrainBatch, size: int, pad_id: int = 0, max_tokens: int | None = None) -> list[Tensors]:
+    """Split ``batch`` into right-padded micro-batches (``groups_by_length``: at most ``size``
+    sequences and ``max_tokens`` padded tokens each)."""
     import torch
 
-    order = sorted(range(len(batch.input_ids)), key=lambda i: len(batch.input_ids[i]))
     out = []
-    for start in range(0, len(order), size):
-        idx = order[start:start + size]
+    for idx in groups_by_length([len(ids) for ids in batch.input_ids], size, max_tokens):
         t = max(len(batch.input_ids[i]) for i in idx)
         ids = torch.full((len(idx), t), pad_id, dtype=torch.long)
         attn = torch.zeros((len(idx), t), dtype=torch.long)

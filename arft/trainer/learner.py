@@ -67,7 +67,7 @@ class Learner:
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
         """One or more optimizer steps on ``batch``; returns the update's metrics."""
-        mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id)
+        mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id, self.spec.micro_batch_tokens)
         total = sum(mb.n_tokens for mb in mbs)
         if total == 0:
             return {"update/tokens": 0.0}
@@ -100,7 +100,7 @@ class Learner:
         """One optimizer step of supervised fine-tuning on ``batch``: the mean negative
         log-likelihood of the masked tokens (at temperature 1; advantages and old logprobs are
         ignored). Returns the step's metrics."""
-        mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id)
+        mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id, self.spec.micro_batch_tokens)
         total = sum(mb.n_tokens for mb in mbs)
         if total == 0:
             return {"sft/tokens": 0.0}

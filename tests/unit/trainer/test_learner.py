@@ -41,6 +41,21 @@ def test_micro_batches_pad_right_and_cover_everything() -> None:
     assert all((mb.attention_mask.sum(1) > 0).all() for mb in mbs)
 
 
+def test_micro_batches_hold_at_most_max_tokens_padded_tokens() -> None:
+    from arft.trainer.batching import groups_by_length
+
+    lengths = [100, 2500, 300, 2600, 400, 120]
+    assert groups_by_length(lengths, 4) == [[0, 5, 2, 4], [1, 3]]  # by length, size only
+    groups = groups_by_length(lengths, 4, max_tokens=1000)
+    assert groups == [[0, 5, 2], [4], [1], [3]]  # 3 x 300 fits, 4 x 400 does not; long ones alone
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    assert all(len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 1000 for g in groups)
+    rs = [rollout(list(range(3, 3 + n)), [0] * (n - 2) + [1, 1]) for n in (4, 9, 6)]
+    mbs = micro_batches(to_train_batch(rs, [1.0, -1.0, 0.5]), 8, pad_id=0, max_tokens=12)
+    assert [tuple(mb.input_ids.shape) for mb in mbs] == [(2, 6), (1, 9)]
+    assert sum(mb.n_tokens for mb in mbs) == 6
+
+
 def test_loss_is_policy_gradient_at_ratio_one() -> None:
     lp = torch.tensor([-1.0, -2.0], requires_grad=True)
     loss, stats = policy_loss(lp, lp.detach(), lp.detach(), torch.tensor([1.0, -1.0]), loss_config())
