@@ -78,10 +78,12 @@ def _penalty(job: JobSpec, r: Rollout) -> float:
     return budget_penalty(usage(r.tool_calls, b.unit, costs=b.tool_costs), b.soft_limit, b.penalty, b.kind)
 
 
-def _group_advantages(job: JobSpec, group: list[Rollout]) -> GroupAdvantages:
-    """Advantages of one group from its training rewards (task reward − budget penalty); a
-    rollout without a reward (infrastructure or grader failure) gets none: no fake zero."""
-    rewards = [None if r.reward is None else r.reward - _penalty(job, r) for r in group]
+def _group_advantages(job: JobSpec, group: list[Rollout], penalties: list[float] | None = None
+                      ) -> GroupAdvantages:
+    """Advantages of one group from its training rewards (task reward − budget penalty, given or
+    computed); a rollout without a reward (infrastructure or grader failure) gets none: no fake zero."""
+    penalties = penalties if penalties is not None else [_penalty(job, r) for r in group]
+    rewards = [None if r.reward is None else r.reward - p for r, p in zip(group, penalties, strict=True)]
     return group_advantages(rewards, job.training.normalize_std)
 
 
@@ -90,15 +92,16 @@ def _advantages(job: JobSpec, rollouts: list[Rollout], group_size: int
     """Advantages for every rollout (groups of ``group_size`` in order) and reward metrics."""
     advantages: list[float | None] = []
     dropped = 0
+    penalties = [_penalty(job, r) for r in rollouts]
     for g in range(0, len(rollouts), group_size):
-        adv = _group_advantages(job, rollouts[g:g + group_size])
+        adv = _group_advantages(job, rollouts[g:g + group_size], penalties[g:g + group_size])
         dropped += adv.dropped
         advantages.extend(adv.values)
-    graded = [r for r in rollouts if r.reward is not None]
+    graded = [(r.reward, p) for r, p in zip(rollouts, penalties) if r.reward is not None]
     n_groups = math.ceil(len(rollouts) / group_size)
     return advantages, {"train/groups_dropped": float(dropped), "train/groups": float(n_groups),
-                        "train/task_reward_mean": _mean([r.reward for r in graded if r.reward is not None]),
-                        "train/budget_penalty_mean": _mean([_penalty(job, r) for r in graded])}
+                        "train/task_reward_mean": _mean([reward for reward, _ in graded]),
+                        "train/budget_penalty_mean": _mean([p for _, p in graded])}
 
 
 def _resampled(job: JobSpec, plan: _Plan, n_rollouts: int) -> dict[str, float]:
@@ -143,18 +146,20 @@ async def _resample(t: Session, plan: _Plan, rollouts: list[Rollout], after: Cur
     rewards were all equal, the next task of the data order, until ``wanted`` groups teach
     something. Returns every rollout run (in groups) and the cursor past every task drawn."""
     job, g = t.run.job, plan.group_size
-    bs = job.rl.hyperparameters.resolved("batch_size")
+
+    def useful(rs: list[Rollout]) -> int:
+        return sum(not _group_advantages(job, rs[i:i + g]).dropped for i in range(0, len(rs), g))
+
+    need = wanted - useful(rollouts)
     for _ in range(job.training.dynamic_sampling):
-        useful = sum(not _group_advantages(job, rollouts[i:i + g]).dropped for i in range(0, len(rollouts), g))
-        need = wanted - useful
         if need <= 0:
             break
-        idx, nxt = batch_for(after, len(plan.train_tasks), min(need, bs), job.seed)
+        idx, nxt = batch_for(after, len(plan.train_tasks), need, job.seed)
         after = replace(nxt, step=after.step)
         t.hooks.phase(f"step {after.step}/{plan.total_steps}: {len(idx)} more tasks for groups of equal "
                       "rewards", len(idx) * g)
         more = await _run_tasks(t, plan, [plan.train_tasks[i] for i in idx], after.step, len(rollouts) // g)
-        rollouts = rollouts + more
+        rollouts, need = rollouts + more, need - useful(more)
     return rollouts, after
 
 
