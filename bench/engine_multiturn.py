@@ -144,7 +144,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="max new tokens a turn (default 64)")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each system (default 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
+                        help="default auto: what arft's engine picks here (bf16 only where this CPU runs it "
+                             "natively, else float32)")
     args = parser.parse_args()
 
     import torch
@@ -154,7 +156,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model("smollm2-135m-instruct", dtype=args.dtype, device="cpu")
     work = Workload(tokenizer, args.tasks, args.samples)
-    print(f"model smollm2-135m-instruct {args.dtype}, {args.threads} threads, {len(work.starts)} "
+    print(f"model smollm2-135m-instruct {str(model.dtype).removeprefix('torch.')}, {args.threads} threads, {len(work.starts)} "
           f"rollouts x {TURNS} turns, first prompt {len(work.starts[0])} tokens, tool results "
           f"{len(work.after(0, 0, []))}-{len(work.after(0, TURNS - 2, []))} tokens, up to "
           f"{args.new_tokens} new tokens a turn", flush=True)

@@ -1,7 +1,12 @@
 """The KV cache of rows decoded together, and a cache layer that grows in place.
 
 Used by ``TransformersEngine`` for continuous batching: rows join (``merge``) and leave
-(``select``) a running batch between decode steps.
+(``drop``) a running batch between decode steps. Both work in place where they can: each cache
+layer keeps its keys and values as a view of a larger buffer (spare rows and positions), so a
+finished row's slot is filled by moving the last row into it, and joining rows are written into
+spare rows; only the rows that move or join are copied. Rows joining with a longer history than
+the batch's leave a masked hole in the rows already there instead of re-padding them. The whole
+cache is rebuilt (one copy) only when the buffer is full or leading padding piles up.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ if TYPE_CHECKING:
 class KVBatch:
     """Rows decoded together: their left-padded attention mask ``[B, T]`` and KV cache."""
 
-    def __init__(self, rows: list[Any], cache: Any, mask: "torch.Tensor") -> None:
+    def __init__(self, rows: list[Any], cache: Any, mask: "torch.Tensor", capacity: int = 0) -> None:
         self.rows, self.cache, self.mask = rows, cache, mask
+        self.capacity = capacity
+        """Rows a rebuilt buffer has room for (0: just the rows it holds), so later rows join in place."""
 
     @property
     def size(self) -> int:
@@ -45,7 +52,7 @@ class KVBatch:
         self.mask = self.mask[:, first:]
         for layer in self._layers():
             _rebuild(layer, [(layer.keys[i:i + 1, :, first:], layer.values[i:i + 1, :, first:])
-                             for i in keep], self.mask.shape[1])
+                             for i in keep], self.mask.shape[1], self.capacity)
 
     def row_kv(self, i: int, n: int) -> list[tuple["torch.Tensor", "torch.Tensor"]]:
         """Copies of row ``i``'s keys and values at its first ``n`` real positions (mask 1, in
@@ -69,17 +76,77 @@ class KVBatch:
                             torch.cat([v[:, a:b] for a, b in runs], dim=-2)))
         return out
 
+    def drop(self, gone: list[int]) -> None:
+        """Remove rows ``gone``. In place when the buffers allow: the last rows move into the
+        freed slots (so the order of the remaining rows changes), and only they are copied.
+        Otherwise, or when a quarter of the columns has become leading padding, ``select``."""
+        import torch
+
+        out = set(gone)
+        keep = [i for i in range(self.size) if i not in out]
+        n, t = len(keep), self.mask.shape[1]
+        first = int(self.mask[keep].any(dim=0).to(torch.int8).argmax()) if keep else 0
+        if not keep or 4 * first > t or not self._in_buffers(self.size, t):
+            return self.select(keep)
+        moves = list(zip([i for i in sorted(out) if i < n], [j for j in keep if j >= n]))
+        order = list(range(n))
+        for hole, mover in moves:
+            order[hole] = mover
+        for layer in self.cache.layers:
+            for buf in (layer.kbuf, layer.vbuf):
+                for hole, mover in moves:
+                    buf[hole, :, :t] = buf[mover, :, :t]
+            layer.keys, layer.values = layer.kbuf[:n, :, :t], layer.vbuf[:n, :, :t]
+        self.rows = [self.rows[i] for i in order]
+        self.mask = self.mask[torch.tensor(order, device=self.mask.device)]
+
     def merge(self, other: "KVBatch") -> None:
-        """Append ``other``'s rows, left-padding the shorter cache so both have equal length.
-        Each layer is copied once, into a new buffer."""
+        """Append ``other``'s rows: into this batch's spare rows where its buffers have room,
+        else by rebuilding, left-padding the shorter cache (each layer copied once)."""
         import torch
         import torch.nn.functional as F
 
+        if self._append(other):
+            return
         t = max(self.mask.shape[1], other.mask.shape[1])
         self.mask = torch.cat([F.pad(m, (t - m.shape[1], 0)) for m in (self.mask, other.mask)])
         for mine, theirs in zip(self.cache.layers, other.cache.layers):
-            _rebuild(mine, [(mine.keys, mine.values), (theirs.keys, theirs.values)], t)
+            _rebuild(mine, [(mine.keys, mine.values), (theirs.keys, theirs.values)], t, self.capacity)
         self.rows = self.rows + other.rows
+
+    def _append(self, other: "KVBatch") -> bool:
+        """Write ``other``'s rows into spare rows of the buffers; ``False`` if they have no room.
+        A longer ``other`` moves the write column right: the rows already here get a masked hole."""
+        import torch
+        import torch.nn.functional as F
+
+        b, t, to = self.size, self.mask.shape[1], other.mask.shape[1]
+        end = max(t, to)
+        if not self._in_buffers(b, t, rows=b + other.size, length=end):
+            return False
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            for buf, new in ((mine.kbuf, theirs.keys), (mine.vbuf, theirs.values)):
+                buf[:b, :, t:end] = 0  # masked, but must not be NaN garbage
+                buf[b:b + other.size, :, :end - to] = 0
+                buf[b:b + other.size, :, end - to:end] = new
+            mine.keys, mine.values = mine.kbuf[:b + other.size, :, :end], mine.vbuf[:b + other.size, :, :end]
+        self.mask = torch.cat([F.pad(self.mask, (0, end - t)), F.pad(other.mask, (end - to, 0))])
+        self.rows = self.rows + other.rows
+        return True
+
+    def _in_buffers(self, b: int, t: int, rows: int = 0, length: int = 0) -> bool:
+        """Every layer holds its ``b`` x ``t`` cache as the leading view of a growing buffer with
+        room for ``rows`` rows and ``length`` positions."""
+        layer_type = growing_layer()
+        for layer in self.cache.layers:
+            kbuf = getattr(layer, "kbuf", None)
+            if type(layer) is not layer_type or kbuf is None or layer.keys.dim() != 4:
+                return False
+            if kbuf.shape[0] < max(rows, b) or kbuf.shape[-2] < max(length, t):
+                return False
+            if layer.keys.shape[0] != b or layer.keys.shape[-2] != t or not layer.in_buffer():
+                return False
+        return True
 
 
 def _runs(mask_row: list[int]) -> list[tuple[int, int]]:
@@ -94,14 +161,16 @@ def _runs(mask_row: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _rebuild(layer: Any, parts: list[tuple["torch.Tensor", "torch.Tensor"]], t: int) -> None:
+def _rebuild(layer: Any, parts: list[tuple["torch.Tensor", "torch.Tensor"]], t: int, capacity: int = 0) -> None:
     """Stack ``parts`` (keys, values ``[b, H, len, D]``, each right-aligned at column ``t``) into
-    the layer's new cache; a growing layer gets its spare capacity at once (no second copy)."""
+    the layer's new cache; a growing layer gets its spare positions and room for ``capacity``
+    rows at once (no second copy)."""
     k0 = parts[0][0]
     rows = sum(k.shape[0] for k, _ in parts)
     spare = getattr(layer, "spare", 0)
-    kbuf = k0.new_empty((rows, k0.shape[1], t + spare, k0.shape[-1]))
-    vbuf = parts[0][1].new_empty((rows, k0.shape[1], t + spare, parts[0][1].shape[-1]))
+    room = max(rows, capacity) if spare else rows
+    kbuf = k0.new_empty((room, k0.shape[1], t + spare, k0.shape[-1]))
+    vbuf = parts[0][1].new_empty((room, k0.shape[1], t + spare, parts[0][1].shape[-1]))
     r = 0
     for k, v in parts:
         n, b = k.shape[-2], k.shape[0]
@@ -110,25 +179,21 @@ def _rebuild(layer: Any, parts: list[tuple["torch.Tensor", "torch.Tensor"]], t: 
         kbuf[r:r + b, :, :t - n] = 0  # padding is masked, but must not be NaN garbage
         vbuf[r:r + b, :, :t - n] = 0
         r += b
-    layer.keys, layer.values = kbuf[..., :t, :], vbuf[..., :t, :]
+    layer.keys, layer.values = kbuf[:rows, :, :t], vbuf[:rows, :, :t]
     if spare:
         layer.kbuf, layer.vbuf = kbuf, vbuf
 
 
 @functools.cache
 def growing_layer() -> type:
-    """A ``DynamicLayer`` that appends into spare capacity instead of re-concatenating.
-
-    The stock layer copies its whole cache on every decode step (``torch.cat``); this one keeps
-    ``keys``/``values`` as prefix views of larger buffers and writes new positions in place,
-    which made decode steps ~15% faster (SmolLM2-135M, 32 rows, CPU). Whenever ``keys`` is no
-    longer a prefix view of the buffer (rows selected, merged or trimmed), it is re-buffered.
-    """
+    """A ``DynamicLayer`` that appends into spare capacity instead of re-concatenating (the
+    stock layer copies its whole cache every decode step; this made decode steps ~15% faster).
+    ``keys``/``values`` are leading views (rows and positions) of larger buffers, re-buffered
+    whenever they are not."""
     from transformers.cache_utils import DynamicLayer
 
     class GrowingLayer(DynamicLayer):
-        spare = 128
-        """Positions allocated ahead each time the buffer is (re)built."""
+        spare = 128  # positions allocated ahead each time the buffer is (re)built
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
             if not self.is_initialized:
@@ -137,28 +202,36 @@ def growing_layer() -> type:
             t = self.keys.shape[-2] if self.keys.dim() == 4 else 0
             n = key_states.shape[-2]
             if not self._fits(t + n, key_states):
-                self.kbuf, self.vbuf = self._buffer(self.keys, key_states, t, n), \
-                    self._buffer(self.values, value_states, t, n)
-            self.kbuf[..., t:t + n, :] = key_states
-            self.vbuf[..., t:t + n, :] = value_states
-            self.keys, self.values = self.kbuf[..., :t + n, :], self.vbuf[..., :t + n, :]
+                pairs = ((self.keys, key_states), (self.values, value_states))
+                self.kbuf, self.vbuf = (self._buffer(old, new, t, n) for old, new in pairs)
+            b = key_states.shape[0]
+            self.kbuf[:b, :, t:t + n] = key_states
+            self.vbuf[:b, :, t:t + n] = value_states
+            self.keys, self.values = self.kbuf[:b, :, :t + n], self.vbuf[:b, :, :t + n]
             return self.keys, self.values
 
-        def _fits(self, length: int, new: Any) -> bool:
-            kbuf = self.kbuf
-            if kbuf is None or kbuf.shape[-2] < length or kbuf.shape[:2] != new.shape[:2]:
-                return False
-            if self.keys.dim() != 4:
-                return True
-            return (self.keys.data_ptr() == kbuf.data_ptr() and self.keys.stride() == kbuf.stride()
+        def in_buffer(self) -> bool:
+            """``keys``/``values`` are the leading views of ``kbuf``/``vbuf``."""
+            return (self.kbuf is not None and self.keys.data_ptr() == self.kbuf.data_ptr()
+                    and self.keys.stride() == self.kbuf.stride()
                     and self.values.data_ptr() == self.vbuf.data_ptr()
                     and self.values.stride() == self.vbuf.stride())
 
+        def _fits(self, length: int, new: Any) -> bool:
+            kbuf = self.kbuf
+            if kbuf is None or kbuf.shape[-2] < length or kbuf.shape[0] < new.shape[0] \
+                    or kbuf.shape[1] != new.shape[1]:
+                return False
+            if self.keys.dim() != 4:
+                return True
+            return self.keys.shape[0] == new.shape[0] and self.in_buffer()
+
         def _buffer(self, old: Any, new: Any, t: int, n: int) -> Any:
-            shape = (*new.shape[:2], t + n + self.spare, new.shape[-1])
+            rows = max(new.shape[0], 0 if self.kbuf is None else self.kbuf.shape[0])  # keep spare rows
+            shape = (rows, new.shape[1], t + n + self.spare, new.shape[-1])
             buf = new.new_empty(shape)
             if t:
-                buf[..., :t, :] = old
+                buf[:, :, :t] = old
             return buf
 
     return GrowingLayer

@@ -307,7 +307,7 @@ class TransformersEngine:
 
     def _run(self, p: PrefillPlan) -> tuple[KVBatch, "torch.Tensor"]:
         """One prefill forward pass; the batch's rows are ``p.expand`` until the caller sets them."""
-        batch = KVBatch(list(p.expand), p.cache, p.mask)
+        batch = KVBatch(list(p.expand), p.cache, p.mask, capacity=self.max_batch_size)
         logits = self._forward(p.ids, batch, p.positions)
         self.stats.prefills += 1
         self.stats.prefill_batch_sizes[p.ids.shape[0]] += 1
@@ -381,7 +381,7 @@ class TransformersEngine:
 
     def _retire(self, batch: KVBatch) -> KVBatch | None:
         """Answer finished rows, drop them and rows whose caller gave up; ``None`` when empty."""
-        keep = []
+        keep, gone = [], []
         for i, row in enumerate(batch.rows):
             if row.finish is not None:
                 self._keep_kv(batch, i, row.request.prompt + row.tokens)  # stored before answered
@@ -390,8 +390,10 @@ class TransformersEngine:
                 row.request.delivered = True
             else:
                 keep.append(i)
+                continue
+            gone.append(i)
         if not keep:
             return None
-        if len(keep) < batch.size:
-            batch.select(keep)
+        if gone:
+            batch.drop(gone)
         return batch

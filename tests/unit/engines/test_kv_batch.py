@@ -1,0 +1,105 @@
+"""KVBatch: rows leave and join a running batch in place (only moved or joining rows are copied),
+and every remaining row keeps exactly its keys and values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from arft.engines.kv_batch import KVBatch, growing_layer
+
+LAYERS, HEADS, DIM = 2, 3, 4
+
+
+def batch_of(lengths: list[int], seed: int, capacity: int = 0) -> KVBatch:
+    """A left-padded batch whose row ``i`` has ``lengths[i]`` positions of random keys/values,
+    filled the way a prefill fills it (one ``update`` per layer)."""
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(seed)
+    t = max(lengths)
+    mask = torch.tensor([[0] * (t - n) + [1] * n for n in lengths])
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = growing_layer()
+    for layer in range(LAYERS):
+        k = torch.randn(len(lengths), HEADS, t, DIM, generator=gen)
+        v = torch.randn(len(lengths), HEADS, t, DIM, generator=gen)
+        cache.update(k * mask[:, None, :, None], v * mask[:, None, :, None], layer)
+    return KVBatch([f"r{seed}.{i}" for i in range(len(lengths))], cache, mask, capacity)
+
+
+def kv_of(batch: KVBatch) -> dict[Any, list[torch.Tensor]]:
+    """Each row's keys and values at its real positions, by row name."""
+    out = {}
+    for i, row in enumerate(batch.rows):
+        n = int(batch.mask[i].sum())
+        out[row] = [t for pair in batch.row_kv(i, n) for t in pair]
+    return out
+
+
+def same(a: dict[Any, list[torch.Tensor]], b: dict[Any, list[torch.Tensor]]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(x, y) for r in a for x, y in zip(a[r], b[r]))
+
+
+def running_batch() -> KVBatch:
+    """Five rows in buffers with room for eight (what the engine's running batch has)."""
+    batch = batch_of([6, 4], seed=1, capacity=8)
+    batch.merge(batch_of([5, 6, 3], seed=2))  # rebuilt once, with room for 8 rows
+    return batch
+
+
+def buffers(batch: KVBatch) -> list[int]:
+    return [buf.data_ptr() for layer in batch.cache.layers for buf in (layer.kbuf, layer.vbuf)]
+
+
+def test_rows_leave_in_place_and_keep_their_cache() -> None:
+    batch = running_batch()
+    before, ptrs = kv_of(batch), buffers(batch)
+    assert batch.cache.layers[0].kbuf.shape[0] == 8
+    batch.drop([1, 2])
+    assert buffers(batch) == ptrs  # no new buffer: the last rows moved into the freed slots
+    assert batch.rows == ["r1.0", "r2.1", "r2.2"]
+    assert same(kv_of(batch), {r: before[r] for r in batch.rows})
+    assert batch.cache.layers[0].keys.shape[0] == 3 and batch.mask.shape[0] == 3
+
+
+def test_longer_rows_join_in_place_behind_a_masked_hole() -> None:
+    batch = running_batch()
+    before, ptrs = kv_of(batch), buffers(batch)
+    joining = batch_of([9, 2], seed=3)
+    expected = {**before, **kv_of(joining)}
+    batch.merge(joining)
+    assert buffers(batch) == ptrs
+    assert batch.mask.shape == (7, 9)
+    assert batch.mask[0].tolist() == [1] * 6 + [0] * 3  # a hole where the new rows are longer
+    assert same(kv_of(batch), expected)
+    for layer in batch.cache.layers:
+        assert not torch.isnan(layer.keys).any() and not torch.isnan(layer.values).any()
+
+
+def test_decode_after_in_place_changes_appends_to_every_row() -> None:
+    batch = running_batch()
+    batch.drop([0])
+    batch.merge(batch_of([2], seed=4))
+    before = kv_of(batch)
+    new = torch.ones(batch.size, HEADS, 1, DIM)
+    for i, layer in enumerate(batch.cache.layers):
+        layer.update(new * (i + 1), new * -(i + 1))
+    batch.mask = torch.cat([batch.mask, batch.mask.new_ones((batch.size, 1))], dim=1)
+    after = kv_of(batch)
+    for row in batch.rows:
+        for j, t in enumerate(after[row]):
+            assert torch.equal(t[:, :-1], before[row][j])
+            assert torch.all(t[:, -1] == (1 if j % 2 == 0 else -1) * (j // 2 + 1))
+
+
+def test_a_full_buffer_or_piled_up_padding_falls_back_to_a_rebuild() -> None:
+    batch = running_batch()
+    batch.merge(batch_of([4, 4, 4, 4], seed=5))  # 9 rows do not fit in 8: rebuilt
+    assert batch.size == 9 and batch.cache.layers[0].kbuf.shape[0] == 9
+    before = kv_of(batch)
+    long_rows = [i for i in range(batch.size) if int(batch.mask[i].sum()) >= 5]
+    batch.drop(long_rows)  # a third of the columns is now padding: trimmed by a rebuild
+    assert batch.mask.shape[1] == 4
+    assert same(kv_of(batch), {r: before[r] for r in batch.rows})
