@@ -1,13 +1,20 @@
-"""Update throughput: tokens/s of one policy-gradient update at 8 x 512 tokens, against the bf16
-matmul peak of this machine measured in the same run, and the peak RSS.
+"""Update throughput: tokens/s of one policy-gradient update at 8 x 512 tokens, against the
+matmul peak of this machine in the dtype the update runs in (bf16 where the CPU runs it natively
+and the trainer autocasts, else float32), measured in the same run, and the peak RSS.
 
-The update is the trainer's own (`Learner.update`: LoRA, bf16 autocast, logits only at the
-sampled positions), on the embedded SmolLM2-135M, with the loss on the last 180 tokens of each
-sequence (a realistic share of sampled tokens). Model FLOPs per token: 2N forward + 2N backward
-through the activations (LoRA leaves the base weights frozen, so no 2N weight-gradient term)
-+ attention. Goals: >= 60 % of the matmul peak, <= 6 GB peak RSS.
+The update is the trainer's own (`Learner.update`: LoRA, logits only at the sampled positions),
+on the embedded SmolLM2-135M, with the loss on the last 180 tokens of each sequence (a realistic
+share of sampled tokens). Model FLOPs per token: 2N forward + 2N backward through the activations
+(LoRA leaves the base weights frozen, so no 2N weight-gradient term) + attention. Goals (issue
+17): >= 0.30 of the matmul peak, <= 6 GB peak RSS.
+
+``--shared N``: the sequences come in groups of ``--group`` (default 4, one micro-batch each)
+that start with the same N tokens, as a task's rollouts share their prompt. Then the update runs
+with ``training.share_prefix`` off and on, alternating in the same run, and the ratio is printed
+(tokens/s counts every token of every sequence, shared or not).
 
     python bench/update_throughput.py [--seqs 8] [--len 512] [--repeats 3] [--threads 2]
+    python bench/update_throughput.py --shared 320     # share_prefix off vs on
 """
 
 from __future__ import annotations
@@ -18,16 +25,17 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def matmul_peak(threads: int, n: int = 2048, repeats: int = 10) -> float:
-    """bf16 GFLOP/s of an n x n matmul (best of ``repeats``)."""
+def matmul_peak(threads: int, dtype: str, n: int = 2048, repeats: int = 10) -> float:
+    """GFLOP/s of an n x n matmul in ``dtype`` (best of ``repeats``)."""
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+    a, b = (torch.randn(n, n, dtype=getattr(torch, dtype)) for _ in range(2))
     a @ b  # warm-up
     best = float("inf")
     for _ in range(repeats):
@@ -37,61 +45,85 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 10) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
+def make_batch(args: argparse.Namespace, vocab: int) -> Any:
+    """Random sequences, the loss on their last ``--sampled`` tokens; with ``--shared``, each
+    group of ``--group`` starts with the same tokens."""
+    import random
+
+    from arft.records import TrainBatch
+
+    rng = random.Random(0)
+    ids = []
+    for i in range(args.seqs):
+        if i % args.group == 0:
+            shared = [rng.randrange(3, vocab) for _ in range(args.shared)]
+        ids.append(tuple(shared + [rng.randrange(3, vocab) for _ in range(args.len - args.shared)]))
+    mask = tuple((0,) * (args.len - args.sampled) + (1,) * args.sampled for _ in range(args.seqs))
+    return TrainBatch(input_ids=tuple(ids), loss_mask=mask,
+                      old_logprobs=tuple(tuple(-5.0 * m for m in row) for row in mask),
+                      advantages=tuple(rng.choice([-1.0, 1.0]) for _ in range(args.seqs)),
+                      trace_ids=("x",) * args.seqs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seqs", type=int, default=8)
     ap.add_argument("--len", type=int, default=512)
     ap.add_argument("--sampled", type=int, default=180)
+    ap.add_argument("--shared", type=int, default=0, help="leading tokens each group shares (default 0)")
+    ap.add_argument("--group", type=int, default=4, help="sequences per group with --shared (default 4)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--micro", type=int, default=None, help="micro-batch size (default: the trainer's)")
     ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     args = ap.parse_args()
-
-    import random
+    if args.shared > args.len - args.sampled:
+        ap.error(f"--shared {args.shared} overlaps the sampled tokens: keep it <= --len - --sampled")
 
     import torch
 
     from arft.config import TrainingSpec
     from arft.models.loading import load_model
-    from arft.records import TrainBatch
     from arft.trainer.learner import Learner, wrap_policy
 
     torch.set_num_threads(args.threads)
     model, tok = load_model("smollm2-135m-instruct")
     n_params = sum(p.numel() for p in model.parameters())
     cfg = model.config
+    arms = {"share_prefix off": False, "share_prefix on": True} if args.shared else {"update": True}
     spec = TrainingSpec(gradient_checkpointing=args.checkpointing,
-                        **({"micro_batch_size": args.micro} if args.micro else {}))
+                        micro_batch_size=args.micro or (args.group if args.shared else TrainingSpec().micro_batch_size))
     learner = Learner(wrap_policy(model, spec, 0), spec, lr=1e-5, total_steps=100, temperature=1.0, pad_id=0)
-    rng = random.Random(0)
-    ids = tuple(tuple(rng.randrange(3, len(tok)) for _ in range(args.len)) for _ in range(args.seqs))
-    mask = tuple((0,) * (args.len - args.sampled) + (1,) * args.sampled for _ in range(args.seqs))
-    batch = TrainBatch(input_ids=ids, loss_mask=mask,
-                       old_logprobs=tuple(tuple(-5.0 * m for m in row) for row in mask),
-                       advantages=tuple(rng.choice([-1.0, 1.0]) for _ in range(args.seqs)), trace_ids=("x",) * args.seqs)
+    autocast = isinstance(learner._autocast(), torch.autocast)
+    dtype = "bfloat16" if autocast else str(model.dtype).removeprefix("torch.")
+    batch = make_batch(args, len(tok))
     learner.update(batch)  # warm-up
-    times = []
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
     peaks = []
     for _ in range(args.repeats):
-        peaks.append(matmul_peak(args.threads))
-        t = time.perf_counter()
-        learner.update(batch)
-        times.append(time.perf_counter() - t)
-    tokens = args.seqs * args.len
-    t_med = statistics.median(times)
-    tok_s = tokens / t_med
-    # 4N per token (fwd 2N + activation-grad bwd 2N) + attention fwd+bwd (~3 x 2 * L * T * d per token)
-    attn = 3 * 2 * cfg.num_hidden_layers * args.len * cfg.hidden_size
-    achieved = (4 * n_params + attn) * tok_s / 1e9
+        peaks.append(matmul_peak(args.threads, dtype))
+        for arm, share in arms.items():
+            learner.spec = spec.model_copy(update={"share_prefix": share})
+            t = time.perf_counter()
+            learner.update(batch)
+            times[arm].append(time.perf_counter() - t)
     peak = statistics.median(peaks)
+    # 4N per token (fwd 2N + activation-grad bwd 2N) + attention fwd+bwd (~3 x 2 * L * T * d per token)
+    flops_per_token = 4 * n_params + 3 * 2 * cfg.num_hidden_layers * args.len * cfg.hidden_size
+    print(f"update {args.seqs} x {args.len} tokens (loss on {args.sampled}/seq"
+          f"{f', groups of {args.group} sharing {args.shared}' if args.shared else ''}), LoRA, "
+          f"{'bf16 autocast' if autocast else dtype}, micro-batch {spec.micro_batch_size}, checkpointing "
+          f"{spec.gradient_checkpointing}, {args.threads} threads, median of {args.repeats}")
+    print(f"  {dtype} matmul peak (2048^2, same run): {peak:.1f} GFLOP/s")
+    rates = {}
+    for arm, ts in times.items():
+        rates[arm] = args.seqs * args.len / statistics.median(ts)
+        achieved = flops_per_token * rates[arm] / 1e9
+        print(f"  {arm}: {statistics.median(ts):.2f} s = {rates[arm]:.0f} tok/s = {achieved:.1f} GFLOP/s "
+              f"(model FLOPs of every token) = {achieved / peak:.2f} of peak (goal >= 0.30)")
+    if args.shared:
+        print(f"  ratio share_prefix on / off: {rates['share_prefix on'] / rates['share_prefix off']:.2f}x")
     rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
-    print(f"update {args.seqs} x {args.len} tokens (loss on {args.sampled}/seq), LoRA, bf16 autocast, "
-          f"micro-batch {spec.micro_batch_size}, checkpointing {spec.gradient_checkpointing}, "
-          f"{args.threads} threads, median of {args.repeats}")
-    print(f"  update: {t_med:.2f} s = {tok_s:.0f} tok/s = {achieved:.1f} GFLOP/s (model FLOPs)")
-    print(f"  bf16 matmul peak (2048^2, same run): {peak:.1f} GFLOP/s")
-    print(f"  ratio update/peak: {achieved / peak:.2f} (goal >= 0.60)")
     print(f"  peak RSS: {rss_gb:.2f} GB (goal <= 6 GB)")
 
 

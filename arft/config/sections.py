@@ -171,6 +171,10 @@ class TrainingSpec(Spec):
     ``micro_batch_size`` sequences whatever their length."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: far less memory, ~30 % more compute."""
+    share_prefix: bool = True
+    """Run the tokens every sequence of a micro-batch starts with (a group's prompt, a shared
+    system prompt or worked examples) once in the update's forward and backward passes instead
+    of once per sequence: the same gradient, less compute. Off under gradient checkpointing."""
     updates_per_batch: int = 1
     """Optimizer steps per batch of rollouts (minibatch passes; >1 uses the clipped ratio)."""
     normalize_std: bool = True

@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from arft.models.forward import cache_keyword
+
 if TYPE_CHECKING:
     import torch
 
@@ -34,4 +36,4 @@ def forward_kwargs(model: Any) -> tuple[str, dict[str, Any]]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrappers
     params = inspect.signature(base.forward).parameters
     extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # prefill: last position only
-    return ("cache" if "cache" in params else "past_key_values"), extra
+    return cache_keyword(model), extra

@@ -78,7 +78,7 @@ class Learner:
         for _ in range(self.spec.updates_per_batch):
             for i, mb in enumerate(mbs):
                 with self._autocast():
-                    lp, entropy = token_logprobs(self.policy, mb, self.loss_cfg.temperature)
+                    lp, entropy = token_logprobs(self.policy, mb, self.loss_cfg.temperature, self.spec.share_prefix)
                 old_lp = old[i] if old is not None else lp.detach()
                 adv = mb.advantages.unsqueeze(1).expand_as(mb.target_mask)[mb.target_mask.bool()]
                 engine_lp = mb.old_logprobs[mb.target_mask.bool()]
@@ -108,7 +108,7 @@ class Learner:
         nll = 0.0
         for mb in mbs:
             with self._autocast():
-                lp, _ = token_logprobs(self.policy, mb, 1.0)
+                lp, _ = token_logprobs(self.policy, mb, 1.0, self.spec.share_prefix)
             (-lp.sum() / total).backward()
             nll -= float(lp.detach().sum())
         norm = self._optimizer_step()
@@ -138,13 +138,13 @@ class Learner:
         import torch
 
         with torch.no_grad(), self._autocast():
-            return token_logprobs(self.policy, mb, self.loss_cfg.temperature)[0]
+            return token_logprobs(self.policy, mb, self.loss_cfg.temperature, self.spec.share_prefix)[0]
 
     def _ref_logprobs(self, mb: Tensors) -> Any:
         import torch
 
         with torch.no_grad(), self._autocast(), self._reference() as ref:
-            return token_logprobs(ref, mb, self.loss_cfg.temperature)[0]
+            return token_logprobs(ref, mb, self.loss_cfg.temperature, self.spec.share_prefix)[0]
 
     @contextlib.contextmanager
     def _reference(self) -> Iterator[Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from arft.trainer.shared_prefix import hidden_states
+
 if TYPE_CHECKING:
     import torch
 
@@ -46,12 +48,14 @@ def _split(model: Any) -> tuple[Any, Any]:
     return base.model, base.get_output_embeddings()
 
 
-def token_logprobs(model: Any, mb: "Tensors", temperature: float) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Logprobs of the target tokens at masked positions (``[N]``) and the entropy there (``[N]``)."""
+def token_logprobs(model: Any, mb: "Tensors", temperature: float,
+                   share_prefix: bool = True) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Logprobs of the target tokens at masked positions (``[N]``) and the entropy there (``[N]``).
+    ``share_prefix``: the rows' common prefix runs once (``arft.trainer.shared_prefix``)."""
     import torch
 
     backbone, head = _split(model)
-    hidden = backbone(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+    hidden = hidden_states(backbone, mb, share_prefix)
     sel = mb.target_mask.bool()
     h = hidden[:, :-1, :][sel]  # [N, H]: only the positions that predict sampled tokens
     logits = head(h).float() / max(temperature, 1e-6)

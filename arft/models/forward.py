@@ -1,0 +1,13 @@
+"""What calling a Hugging Face model's forward pass needs to know about its signature."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+
+def cache_keyword(model: Any) -> str:
+    """The KV-cache keyword of ``model.forward``: ``cache`` since transformers 5.x renamed it,
+    ``past_key_values`` before (peft wrappers: their base model's)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
