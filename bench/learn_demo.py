@@ -269,6 +269,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps (job: 10)")
     ap.add_argument("--skip-arft", action="store_true")
+    ap.add_argument("--arft-eval-every", type=int, default=None,
+                    help="arft evaluates every N steps (default: the job's eval_interval, 5); 1 shows "
+                         "its learning step by step, to compare with TRL's evaluated steps")
     ap.add_argument("--arft-result", type=Path, default=None,
                     help="reuse the arft side of an earlier result.json instead of training again")
     ap.add_argument("--skip-trl", action="store_true")
@@ -290,6 +293,10 @@ def main() -> None:
     job = load_job(JOB)
     if args.steps is not None:
         job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": args.steps})})
+    if args.arft_eval_every is not None:
+        hp = job.rl.hyperparameters.model_copy(update={"eval_interval": args.arft_eval_every})
+        job = job.model_copy(update={"method": job.method.model_copy(update={
+            "reinforcement": job.rl.model_copy(update={"hyperparameters": hp})})})
     out = args.out or OUT / f"learn_demo-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"job": str(JOB), "steps": job.training.max_steps}
