@@ -231,7 +231,7 @@ def growing_layer() -> type:
             shape = (rows, new.shape[1], t + n + self.spare, new.shape[-1])
             buf = new.new_empty(shape)
             if t:
-                buf[:, :, :t] = old
+                buf[:old.shape[0], :, :t] = old
             return buf
 
     return GrowingLayer

@@ -103,3 +103,20 @@ def test_a_full_buffer_or_piled_up_padding_falls_back_to_a_rebuild() -> None:
     batch.drop(long_rows)  # a third of the columns is now padding: trimmed by a rebuild
     assert batch.mask.shape[1] == 4
     assert same(kv_of(batch), {r: before[r] for r in batch.rows})
+
+
+def test_growing_past_the_spare_positions_keeps_the_spare_rows() -> None:
+    batch = running_batch()
+    batch.drop([4])  # fewer rows than the buffer has room for
+    layer = batch.cache.layers[0]
+    before, room = kv_of(batch), layer.kbuf.shape[-2]
+    step = torch.ones(batch.size, HEADS, 1, DIM)
+    for _ in range(room - batch.mask.shape[1] + 1):  # one position past the buffer: re-buffered
+        for layer in batch.cache.layers:
+            layer.update(step, -step)
+        batch.mask = torch.cat([batch.mask, batch.mask.new_ones((batch.size, 1))], dim=1)
+    assert batch.cache.layers[0].kbuf.shape[0] == 8 and batch.cache.layers[0].kbuf.shape[-2] > room
+    after = kv_of(batch)
+    assert all(torch.equal(a[:, :b.shape[1]], b) for r in batch.rows for a, b in zip(after[r], before[r]))
+    batch.merge(batch_of([3], seed=6))  # and a row still joins in place
+    assert batch.size == 5 and batch.cache.layers[0].kbuf.shape[0] == 8
