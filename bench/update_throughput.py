@@ -15,6 +15,7 @@ with ``training.share_prefix`` off and on, alternating in the same run, and the 
 
     python bench/update_throughput.py [--seqs 8] [--len 512] [--repeats 3] [--threads 2]
     python bench/update_throughput.py --shared 320     # share_prefix off vs on
+    python bench/update_throughput.py --shared 320 --arms on   # one arm: its own peak RSS
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def main() -> None:
     ap.add_argument("--sampled", type=int, default=180)
     ap.add_argument("--shared", type=int, default=0, help="leading tokens each group shares (default 0)")
     ap.add_argument("--group", type=int, default=4, help="sequences per group with --shared (default 4)")
+    ap.add_argument("--arms", choices=["both", "off", "on"], default="both",
+                    help="with --shared: share_prefix off and on (default), or one of them alone (its own "
+                         "peak RSS)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--micro", type=int, default=None, help="micro-batch size (default: the trainer's)")
@@ -91,12 +95,15 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     cfg = model.config
     arms = {"share_prefix off": False, "share_prefix on": True} if args.shared else {"update": True}
+    if args.shared and args.arms != "both":
+        arms = {f"share_prefix {args.arms}": args.arms == "on"}
     spec = TrainingSpec(gradient_checkpointing=args.checkpointing,
                         micro_batch_size=args.micro or (args.group if args.shared else TrainingSpec().micro_batch_size))
     learner = Learner(wrap_policy(model, spec, 0), spec, lr=1e-5, total_steps=100, temperature=1.0, pad_id=0)
     autocast = isinstance(learner._autocast(), torch.autocast)
     dtype = "bfloat16" if autocast else str(model.dtype).removeprefix("torch.")
     batch = make_batch(args, len(tok))
+    learner.spec = spec.model_copy(update={"share_prefix": list(arms.values())[0]})
     learner.update(batch)  # warm-up
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     peaks = []
@@ -121,7 +128,7 @@ def main() -> None:
         achieved = flops_per_token * rates[arm] / 1e9
         print(f"  {arm}: {statistics.median(ts):.2f} s = {rates[arm]:.0f} tok/s = {achieved:.1f} GFLOP/s "
               f"(model FLOPs of every token) = {achieved / peak:.2f} of peak (goal >= 0.30)")
-    if args.shared:
+    if len(rates) == 2:
         print(f"  ratio share_prefix on / off: {rates['share_prefix on'] / rates['share_prefix off']:.2f}x")
     rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
     print(f"  peak RSS: {rss_gb:.2f} GB (goal <= 6 GB)")
