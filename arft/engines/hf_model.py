@@ -3,10 +3,9 @@ and the keywords its forward pass takes. torch is imported lazily."""
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING, Any
 
-from arft.models.forward import cache_keyword
+from arft.models.forward import cache_keyword, forward_parameters
 
 if TYPE_CHECKING:
     import torch
@@ -33,7 +32,5 @@ def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
 
 def forward_kwargs(model: Any) -> tuple[str, dict[str, Any]]:
     """The cache keyword of this model's forward (renamed in transformers 5) and extra kwargs."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrappers
-    params = inspect.signature(base.forward).parameters
-    extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # prefill: last position only
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}  # prefill: last position only
     return cache_keyword(model), extra

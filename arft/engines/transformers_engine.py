@@ -381,7 +381,7 @@ class TransformersEngine:
 
     def _retire(self, batch: KVBatch) -> KVBatch | None:
         """Answer finished rows, drop them and rows whose caller gave up; ``None`` when empty."""
-        keep, gone = [], []
+        gone = []
         for i, row in enumerate(batch.rows):
             if row.finish is not None:
                 self._keep_kv(batch, i, row.request.prompt + row.tokens)  # stored before answered
@@ -389,10 +389,9 @@ class TransformersEngine:
             elif row.request.future.done():  # cancelled by its caller: stop spending compute
                 row.request.delivered = True
             else:
-                keep.append(i)
                 continue
             gone.append(i)
-        if not keep:
+        if len(gone) == batch.size:
             return None
         if gone:
             batch.drop(gone)

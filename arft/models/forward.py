@@ -6,8 +6,13 @@ import inspect
 from typing import Any
 
 
+def forward_parameters(model: Any) -> Any:
+    """The parameters of ``model.forward`` (peft wrappers: their base model's)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inspect.signature(base.forward).parameters
+
+
 def cache_keyword(model: Any) -> str:
     """The KV-cache keyword of ``model.forward``: ``cache`` since transformers 5.x renamed it,
-    ``past_key_values`` before (peft wrappers: their base model's)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    ``past_key_values`` before."""
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
