@@ -11,7 +11,10 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
 - ``engine``: ``TransformersEngine(prefix_cache_mb=0)``, today's engine: 32 concurrent rollouts,
   each sending its whole conversation every turn (continuous batching, no KV reuse).
 - ``engine+kv``: the same with the prefix store on: a turn prefills only its new tokens, the 4
-  samples of a task run their prompt once, the shared system prompt runs once.
+  samples of a task run their prompt once, the shared system prompt runs once, and decode steps
+  read the shared system prompt's keys and values once for all rows (cascade attention).
+- ``kv-no-cascade``: ``engine+kv`` with cascade attention off (every row reads its own copy),
+  to measure what cascade attention adds.
 
 Counted: generated tokens (up to and including eos) per wall-clock second over the whole
 workload, prefill included. The systems run one after another in every repeat, alternating.
@@ -114,7 +117,9 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int) -> 
     from arft.engines.transformers_engine import TransformersEngine
 
     engines = {"engine": TransformersEngine(model, work.tokenizer, max_batch_size=32, prefix_cache_mb=0),
-               "engine+kv": TransformersEngine(model, work.tokenizer, max_batch_size=32)}
+               "engine+kv": TransformersEngine(model, work.tokenizer, max_batch_size=32),
+               "kv-no-cascade": TransformersEngine(model, work.tokenizer, max_batch_size=32)}
+    engines["kv-no-cascade"]._cascade = False  # the ablation: no public switch, nobody else needs one
     THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
     for engine in engines.values():
         await THROUGHPUT.run_engine(engine, work.starts[:2], 4)
@@ -127,12 +132,13 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int) -> 
                 engines[name].prefix_cache.clear()  # every repeat starts cold
                 tokens, seconds = await run_engine(engines[name], work, new_tokens)
             rates[name].append(tokens / seconds)
-            print(f"  run {rep + 1} {name:>9}: {tokens:5d} tokens in {seconds:6.1f} s = "
+            print(f"  run {rep + 1} {name:>13}: {tokens:5d} tokens in {seconds:6.1f} s = "
                   f"{tokens / seconds:6.1f} tok/s", flush=True)
     for name, engine in engines.items():
         s = engine.stats
-        print(f"  {name:>9}: prompt tokens {s.prompt_tokens}, run by prefill {s.prefill_tokens} "
-              f"({s.prefill_tokens / max(s.prompt_tokens, 1):.0%}); store {engine.prefix_cache.stats}")
+        print(f"  {name:>13}: prompt tokens {s.prompt_tokens}, run by prefill {s.prefill_tokens} "
+              f"({s.prefill_tokens / max(s.prompt_tokens, 1):.0%}); decode steps {s.decode_steps}, "
+              f"{s.cascade_steps} with the shared prefix read once; store {engine.prefix_cache.stats}")
         await engine.aclose()
     return {name: statistics.median(r) for name, r in rates.items()}
 
@@ -162,10 +168,11 @@ def main() -> None:
           f"{args.new_tokens} new tokens a turn", flush=True)
     med = asyncio.run(compare(model, work, args.new_tokens, args.repeats))
     print(f"median tok/s: HF generate {med['hf']:.1f} | engine {med['engine']:.1f} | engine+kv "
-          f"{med['engine+kv']:.1f}")
+          f"{med['engine+kv']:.1f} | engine+kv without cascade attention {med['kv-no-cascade']:.1f}")
     print(f"ratio engine+kv / HF generate: {med['engine+kv'] / med['hf']:.2f}x (goal >= 3) | "
           f"engine+kv / engine: {med['engine+kv'] / med['engine']:.2f}x (goal >= 1.5) | "
-          f"engine / HF: {med['engine'] / med['hf']:.2f}x")
+          f"engine / HF: {med['engine'] / med['hf']:.2f}x | cascade attention: "
+          f"{med['engine+kv'] / med['kv-no-cascade']:.2f}x")
 
 
 if __name__ == "__main__":

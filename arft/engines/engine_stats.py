@@ -19,6 +19,8 @@ class EngineStats:
     """Decode forward passes (one token for every row in the batch)."""
     max_rows: int = 0
     """Most rows decoded together in one forward pass."""
+    cascade_steps: int = 0
+    """Decode steps that read the rows' common prefix once for all of them (cascade attention)."""
     decode_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
     """How many decode steps ran with each batch size."""
     prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)

@@ -7,12 +7,20 @@ finished row's slot is filled by moving the last row into it, and joining rows a
 spare rows; only the rows that move or join are copied. Rows joining with a longer history than
 the batch's leave a masked hole in the rows already there instead of re-padding them. The whole
 cache is rebuilt (one copy) only when the buffer is full or leading padding piles up.
+
+A batch whose rows all start with the same tokens keeps them left-aligned in its first
+``shared`` columns (``shared_ids``); rows that join keep that alignment (the rest of a row is
+right-aligned, with a masked hole between), so cascade attention (``arft.engines.cascade``) can
+read those columns once for the whole batch.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from arft.engines.prefix_cache import common_prefix, id_array
 
 if TYPE_CHECKING:
     import torch
@@ -21,14 +29,22 @@ if TYPE_CHECKING:
 class KVBatch:
     """Rows decoded together: their left-padded attention mask ``[B, T]`` and KV cache."""
 
-    def __init__(self, rows: list[Any], cache: Any, mask: "torch.Tensor", capacity: int = 0) -> None:
+    def __init__(self, rows: list[Any], cache: Any, mask: "torch.Tensor", capacity: int = 0,
+                 shared_ids: Sequence[int] = ()) -> None:
         self.rows, self.cache, self.mask = rows, cache, mask
         self.capacity = capacity
         """Rows a rebuilt buffer has room for (0: just the rows it holds), so later rows join in place."""
+        self.shared_ids = list(shared_ids)
+        """The tokens in columns ``[0, shared)`` of every row (same keys and values in each)."""
 
     @property
     def size(self) -> int:
         return len(self.rows)
+
+    @property
+    def shared(self) -> int:
+        """Leading columns every row holds the same tokens in (``shared_ids``), all unmasked."""
+        return len(self.shared_ids)
 
     @property
     def mergeable(self) -> bool:
@@ -106,31 +122,33 @@ class KVBatch:
         import torch
         import torch.nn.functional as F
 
+        lead = common_prefix(id_array(self.shared_ids), id_array(other.shared_ids))
+        self.shared_ids = self.shared_ids[:lead]
         if self._append(other):
             return
         t = max(self.mask.shape[1], other.mask.shape[1])
-        self.mask = torch.cat([F.pad(m, (t - m.shape[1], 0)) for m in (self.mask, other.mask)])
+        self.mask = torch.cat([_aligned(m, lead, t) for m in (self.mask, other.mask)])
         for mine, theirs in zip(self.cache.layers, other.cache.layers):
-            _rebuild(mine, [(mine.keys, mine.values), (theirs.keys, theirs.values)], t, self.capacity)
+            _rebuild(mine, [(mine.keys, mine.values), (theirs.keys, theirs.values)], t, self.capacity, lead)
         self.rows = self.rows + other.rows
 
     def _append(self, other: "KVBatch") -> bool:
         """Write ``other``'s rows into spare rows of the buffers; ``False`` if they have no room.
-        A longer ``other`` moves the write column right: the rows already here get a masked hole."""
+        A longer ``other`` moves the write column right: the rows already here get a masked hole.
+        ``other``'s first ``shared`` columns stay in place, its rest is right-aligned."""
         import torch
         import torch.nn.functional as F
 
         b, t, to = self.size, self.mask.shape[1], other.mask.shape[1]
-        end = max(t, to)
+        end, lead = max(t, to), self.shared
         if not self._in_buffers(b, t, rows=b + other.size, length=end):
             return False
         for mine, theirs in zip(self.cache.layers, other.cache.layers):
             for buf, new in ((mine.kbuf, theirs.keys), (mine.vbuf, theirs.values)):
                 buf[:b, :, t:end] = 0  # masked, but must not be NaN garbage
-                buf[b:b + other.size, :, :end - to] = 0
-                buf[b:b + other.size, :, end - to:end] = new
+                _place(buf[b:b + other.size, :, :end], new, lead)
             mine.keys, mine.values = mine.kbuf[:b + other.size, :, :end], mine.vbuf[:b + other.size, :, :end]
-        self.mask = torch.cat([F.pad(self.mask, (0, end - t)), F.pad(other.mask, (end - to, 0))])
+        self.mask = torch.cat([F.pad(self.mask, (0, end - t)), _aligned(other.mask, lead, end)])
         self.rows = self.rows + other.rows
         return True
 
@@ -161,10 +179,27 @@ def _runs(mask_row: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _rebuild(layer: Any, parts: list[tuple["torch.Tensor", "torch.Tensor"]], t: int, capacity: int = 0) -> None:
-    """Stack ``parts`` (keys, values ``[b, H, len, D]``, each right-aligned at column ``t``) into
-    the layer's new cache; a growing layer gets its spare positions and room for ``capacity``
-    rows at once (no second copy)."""
+def _place(dst: "torch.Tensor", src: "torch.Tensor", lead: int = 0, dim: int = -2) -> None:
+    """Write ``src`` into the longer ``dst`` along ``dim``: its first ``lead`` positions at the
+    start, the rest right-aligned at the end, zeros between (masked, but must not be NaN garbage)."""
+    w, n = dst.shape[dim], src.shape[dim]
+    dst.narrow(dim, 0, lead).copy_(src.narrow(dim, 0, lead))
+    dst.narrow(dim, lead, w - n).zero_()
+    dst.narrow(dim, w - n + lead, n - lead).copy_(src.narrow(dim, lead, n - lead))
+
+
+def _aligned(mask: "torch.Tensor", lead: int, t: int) -> "torch.Tensor":
+    """``mask`` ``[b, n]`` widened to ``t`` columns the way ``_place`` widens its keys."""
+    out = mask.new_empty((mask.shape[0], t))
+    _place(out, mask, lead, dim=1)
+    return out
+
+
+def _rebuild(layer: Any, parts: list[tuple["torch.Tensor", "torch.Tensor"]], t: int, capacity: int = 0,
+             lead: int = 0) -> None:
+    """Stack ``parts`` (keys, values ``[b, H, len, D]``, each widened to ``t`` columns by
+    ``_place`` with ``lead``) into the layer's new cache; a growing layer gets its spare positions
+    and room for ``capacity`` rows at once (no second copy)."""
     k0 = parts[0][0]
     rows = sum(k.shape[0] for k, _ in parts)
     spare = getattr(layer, "spare", 0)
@@ -173,11 +208,9 @@ def _rebuild(layer: Any, parts: list[tuple["torch.Tensor", "torch.Tensor"]], t: 
     vbuf = parts[0][1].new_empty((room, k0.shape[1], t + spare, parts[0][1].shape[-1]))
     r = 0
     for k, v in parts:
-        n, b = k.shape[-2], k.shape[0]
-        kbuf[r:r + b, :, t - n:t] = k
-        vbuf[r:r + b, :, t - n:t] = v
-        kbuf[r:r + b, :, :t - n] = 0  # padding is masked, but must not be NaN garbage
-        vbuf[r:r + b, :, :t - n] = 0
+        b = k.shape[0]
+        _place(kbuf[r:r + b, :, :t], k, lead)
+        _place(vbuf[r:r + b, :, :t], v, lead)
         r += b
     layer.keys, layer.values = kbuf[:rows, :, :t], vbuf[:rows, :, :t]
     if spare:

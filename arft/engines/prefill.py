@@ -6,13 +6,15 @@ longest prefix already computed; only the rest (the suffix) is run. Row ``u`` wi
 cached tokens and ``s_u`` suffix tokens is laid out in a batch of width ``Wc + S`` (``Wc`` the
 longest cached prefix, ``S`` the longest suffix)::
 
-    cache columns [0, Wc):      padding, then the row's cached K/V at [Wc - c_u, Wc)
+    cache columns [0, Wc):      the row's cached K/V at [0, c_u), then padding
     input columns [Wc, Wc + S): padding, then the row's suffix at [Wc + S - s_u, Wc + S)
 
 The attention mask is 1 exactly on real tokens (so a row may hold a masked hole between its
 cached part and its suffix) and position ids are the real positions ``c_u + arange(s_u)``, so
 the model sees the same sequence it would see without the store. The suffix's own keys and
-values are appended by the forward pass as usual.
+values are appended by the forward pass as usual. Cached parts are left-aligned so that the
+tokens all prompts start with sit in the same columns of every row (``shared_ids``: cascade
+attention reads them once).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class PrefillPlan:
     expand: list[int]
     computed_tokens: int
     """Prompt tokens the forward pass runs (reused and duplicate prompts' tokens excluded)."""
+    shared_ids: list[int]
+    """Tokens every row holds, cached, in its first columns (see ``KVBatch.shared_ids``)."""
 
 
 def distinct(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
@@ -88,17 +92,22 @@ def plan(prompts: list[list[int]], store: PrefixCache | None, device: "torch.dev
         s = len(p) - c
         ids[u, width - s:] = torch.tensor(p[c:])
         positions[u, width - s:] = torch.arange(c, len(p))
-        mask[u, wc - c:wc] = 1
+        mask[u, :c] = 1
         mask[u, wc + width - s:] = 1
     if wc:
         _preload(cache, hits, wc, device)
     computed = sum(len(p) - c for p, (_, c) in zip(unique, hits))
-    return PrefillPlan(ids.to(device), positions.to(device), mask.to(device), cache, expand, computed)
+    lead = min(c for _, c in hits)
+    first = id_array(unique[0])
+    for p in unique[1:]:
+        lead = min(lead, common_prefix(first, id_array(p)))
+    return PrefillPlan(ids.to(device), positions.to(device), mask.to(device), cache, expand, computed,
+                       unique[0][:lead])
 
 
 def _preload(cache: Any, hits: list[tuple[PrefixEntry | None, int]], wc: int,
              device: "torch.device") -> None:
-    """Write each row's reused keys and values, right-aligned at ``[Wc - c, Wc)``, into ``cache``."""
+    """Write each row's reused keys and values, left-aligned at ``[0, c)``, into ``cache``."""
     template = next(e for e, _ in hits if e is not None).kv
     for layer, (k0, v0) in enumerate(template):
         heads, _, dim = k0.shape
@@ -107,6 +116,6 @@ def _preload(cache: Any, hits: list[tuple[PrefixEntry | None, int]], wc: int,
         for u, (entry, c) in enumerate(hits):
             if entry is not None and c:
                 k, v = entry.kv[layer]
-                keys[u, :, wc - c:] = k[:, :c]
-                values[u, :, wc - c:] = v[:, :c]
+                keys[u, :, :c] = k[:, :c]
+                values[u, :, :c] = v[:, :c]
         cache.update(keys, values, layer)

@@ -29,9 +29,9 @@ first). A new request prefills only what follows the longest prefix the store al
 rollout's next turn runs just its tool results; the K samples of a task run their shared prompt
 once, and a prefix common to all prompts of an admission (a system prompt, worked examples) is
 run once before them (``arft.engines.prefill``). The store is cleared whenever a weight changes.
+Decode steps read that common prefix once for all rows (``arft.engines.cascade``, on the CPU).
 
-A request's decoding state and the rules that end it (eos, stop strings, length) live in
-``arft.engines.decode_rows``; the batch's KV cache in ``arft.engines.kv_batch``.
+Rows' decoding state and finish rules: ``arft.engines.decode_rows``; the KV cache: ``kv_batch``.
 
 The model is used as is (no copy): a trainer may update its weights in place between calls, or
 while requests run through ``write_weights``, which waits for the forward pass under way
@@ -46,6 +46,7 @@ import collections
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from arft.engines import cascade
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.decode_rows import FinishRules, Request, Row, generation, new_row
 from arft.engines.engine_stats import EngineStats
@@ -102,6 +103,7 @@ class TransformersEngine:
         """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
         self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
         self._cache_kwarg, self._forward_kwargs = forward_kwargs(model)
+        self._cascade = self.device.type == "cpu" and cascade.enable(model)
         self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
         self._weights_lock = threading.Lock()
@@ -128,14 +130,12 @@ class TransformersEngine:
                    prefix_cache_mb=spec.prefix_cache_mb)
 
     def clear_prefix_cache(self) -> None:
-        """Forget every stored prefix. Not needed after in-place weight updates (detected), only
-        when the model's outputs change some other way (e.g. switching a peft adapter)."""
+        """Forget every stored prefix (weight updates are detected; e.g. a peft adapter switch is not)."""
         self.prefix_cache.clear()
 
     def write_weights(self, write: Callable[[Any], None]) -> None:
-        """Call ``write(model)`` between two forward passes (from any thread but the worker's;
-        it blocks until the pass under way ends). Rows being decoded go on with the new weights;
-        the prefix store notices the change and is cleared before the next prefill."""
+        """Call ``write(model)`` between two forward passes (from any thread but the worker's; it
+        blocks until the pass under way ends). Rows go on with the new weights; the store is cleared."""
         self._weights_free.clear()
         try:
             with self._weights_lock:
@@ -307,7 +307,7 @@ class TransformersEngine:
 
     def _run(self, p: PrefillPlan) -> tuple[KVBatch, "torch.Tensor"]:
         """One prefill forward pass; the batch's rows are ``p.expand`` until the caller sets them."""
-        batch = KVBatch(list(p.expand), p.cache, p.mask, capacity=self.max_batch_size)
+        batch = KVBatch(list(p.expand), p.cache, p.mask, self.max_batch_size, p.shared_ids)
         logits = self._forward(p.ids, batch, p.positions)
         self.stats.prefills += 1
         self.stats.prefill_batch_sizes[p.ids.shape[0]] += 1
@@ -338,13 +338,15 @@ class TransformersEngine:
         logits = self._forward(ids, batch, positions)
         self.stats.decode_steps += 1
         self.stats.decode_batch_sizes[batch.size] += 1
+        self.stats.cascade_steps += self._cascade and batch.shared >= cascade.MIN_SHARED and batch.size > 1
         self.stats.max_rows = max(self.stats.max_rows, batch.size)
         self._accept(batch.rows, logits)
 
     def _forward(self, ids: "torch.Tensor", batch: KVBatch, positions: "torch.Tensor") -> "torch.Tensor":
         """Last-position logits ``[B, V]``; the batch's cache grows in place."""
+        shared = {cascade.KEYWORD: batch.shared} if self._cascade and batch.mergeable else {}
         out = self.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
-                         **{self._cache_kwarg: batch.cache}, **self._forward_kwargs)
+                         **{self._cache_kwarg: batch.cache}, **self._forward_kwargs, **shared)
         return out.logits[:, -1, :]
 
     def _accept(self, rows: list[Row], logits: "torch.Tensor") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from arft.engines.kv_batch import KVBatch, growing_layer
@@ -120,3 +121,55 @@ def test_growing_past_the_spare_positions_keeps_the_spare_rows() -> None:
     assert all(torch.equal(a[:, :b.shape[1]], b) for r in batch.rows for a, b in zip(after[r], before[r]))
     batch.merge(batch_of([3], seed=6))  # and a row still joins in place
     assert batch.size == 5 and batch.cache.layers[0].kbuf.shape[0] == 8
+
+
+def shared_batch(lengths: list[int], seed: int, shared_ids: list[int], capacity: int = 0) -> KVBatch:
+    """Rows laid out the way a prefill lays them out when they share a prefix: its keys and values
+    (the same in every row, seeded by the ids) in the first columns, each row's rest after a hole."""
+    batch = batch_of(lengths, seed, capacity)
+    n, t = len(shared_ids), batch.mask.shape[1]
+    for layer in batch.cache.layers:
+        for buf in (layer.keys, layer.values):
+            rest = buf.clone()
+            buf.zero_()
+            for i, length in enumerate(lengths):  # the row's own part moves right of the prefix
+                buf[i, :, t - length + n:] = rest[i, :, t - length + n:]
+            for j, token in enumerate(shared_ids):  # what position j holding this token computes
+                gen = torch.Generator().manual_seed(1000 * j + token)
+                buf[:, :, j] = torch.randn(1, HEADS, DIM, generator=gen)
+    for i, length in enumerate(lengths):
+        batch.mask[i] = torch.tensor([1] * n + [0] * (t - length) + [1] * (length - n))
+    batch.shared_ids = list(shared_ids)
+    return batch
+
+
+def assert_shared_columns(batch: KVBatch) -> None:
+    n = batch.shared
+    assert bool(batch.mask[:, :n].all())
+    for layer in batch.cache.layers:
+        for buf in (layer.keys, layer.values):
+            assert torch.equal(buf[:, :, :n], buf[:1, :, :n].expand_as(buf[:, :, :n]))
+
+
+@pytest.mark.parametrize("capacity", [8, 0])  # joining in place, and by a rebuild
+def test_joining_rows_keep_the_shared_prefix_in_the_same_columns(capacity: int) -> None:
+    batch = shared_batch([6, 9], seed=1, shared_ids=[7, 8, 9], capacity=capacity)
+    batch.merge(shared_batch([9, 9], seed=2, shared_ids=[7, 8, 9]))  # the first merge rebuilds
+    before = kv_of(batch)
+    joining = shared_batch([5, 12], seed=3, shared_ids=[7, 8, 9, 4])  # one narrower, one wider row
+    expected = {**before, **kv_of(joining)}
+    batch.merge(joining)
+    assert batch.shared_ids == [7, 8, 9] and batch.mask.shape == (6, 12)
+    assert_shared_columns(batch)
+    assert same(kv_of(batch), expected)  # every row still holds exactly its keys and values
+    batch.drop([0, 3])
+    assert batch.shared == 3
+    assert_shared_columns(batch)
+
+
+def test_rows_with_another_prefix_end_the_sharing() -> None:
+    batch = shared_batch([6, 9], seed=1, shared_ids=[7, 8, 9], capacity=8)
+    batch.merge(shared_batch([5], seed=2, shared_ids=[7, 1]))
+    assert batch.shared_ids == [7]
+    batch.merge(batch_of([4], seed=3))  # a row without a shared prefix
+    assert batch.shared == 0

@@ -117,6 +117,20 @@ async def test_shared_system_prefix_runs_once(engines: Any, model: Any) -> None:
     assert cached.stats.prefills == 2  # the shared prefix, then the four suffixes together
 
 
+async def test_decode_reads_a_shared_system_prompt_once(engines: Any, model: Any) -> None:
+    # cascade attention: rows sharing a system prompt keep it in the same columns (rows that join
+    # the running batch too) and decode steps read it once; same tokens as the uncached engine
+    cached, plain = engines
+    rng = random.Random(6)
+    system = ids(40, rng)
+    starts = [system + ids(rng.randrange(3, 15), rng) for _ in range(5)]
+    params = [sampling(temperature=1.0, max_new_tokens=rng.randrange(4, 12), seed=i) for i in range(5)]
+    assert_same(await three_turns(cached, starts, params), await three_turns(plain, starts, params))
+    assert model.config._attn_implementation == "arft_cascade"
+    assert cached.stats.cascade_steps > cached.stats.decode_steps / 2
+    assert plain.stats.cascade_steps == 0
+
+
 async def test_stop_look_ahead_tokens_are_not_stored(engines: Any, tokenizer: Any) -> None:
     # A look-ahead after a stop string runs tokens that are then dropped from the completion:
     # the stored sequence must be the completion, not what the batch happened to compute.

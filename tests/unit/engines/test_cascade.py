@@ -1,0 +1,98 @@
+"""Cascade attention equals attention over whole rows (sdpa), and falls back to sdpa wherever it
+does not apply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from arft.engines import cascade
+from arft.engines.cascade import KEYWORD, MIN_SHARED, cascade_attention
+
+B, HQ, HKV, DIM, T, SHARED = 5, 6, 2, 16, 48, 20
+
+
+class Module:
+    """What an attention function reads off its module."""
+
+    num_key_value_groups = HQ // HKV
+    is_causal = True
+
+
+def inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decode query per row; keys/values whose first ``SHARED`` positions are equal in every
+    row; a padding mask with holes after the shared columns."""
+    gen = torch.Generator().manual_seed(seed)
+    query = torch.randn(B, HQ, 1, DIM, generator=gen)
+    key, value = (torch.randn(B, HKV, T, DIM, generator=gen) for _ in range(2))
+    key[:, :, :SHARED] = key[:1, :, :SHARED]
+    value[:, :, :SHARED] = value[:1, :, :SHARED]
+    mask = torch.rand(B, 1, 1, T, generator=gen) < 0.6
+    mask[..., :SHARED] = True
+    mask[..., -1] = True  # the token being decoded
+    return query, key, value, mask
+
+
+def sdpa(query: Any, key: Any, value: Any, mask: Any) -> torch.Tensor:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(Module(), query, key, value, mask, scaling=DIM ** -0.5)[0]
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "none", "additive"])
+def test_equals_attention_over_whole_rows(mask_kind: str) -> None:
+    query, key, value, mask = inputs(0)
+    if mask_kind == "none":
+        mask = None
+    elif mask_kind == "additive":
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    want = sdpa(query, key, value, mask)
+    got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: SHARED})
+    assert got.shape == want.shape == (B, 1, HQ, DIM)
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_reads_only_row_zeros_prefix() -> None:
+    # the proof that the prefix is read once: other rows' prefix columns are never looked at
+    query, key, value, mask = inputs(1)
+    want = sdpa(query, key, value, mask)
+    key[1:, :, :SHARED] = float("nan")
+    value[1:, :, :SHARED] = float("nan")
+    got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: SHARED})
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["short prefix", "one row", "prefill", "no keyword"])
+def test_falls_back_to_sdpa(case: str) -> None:
+    query, key, value, mask = inputs(2)
+    kwargs: dict[str, Any] = {KEYWORD: SHARED}
+    if case == "short prefix":
+        kwargs = {KEYWORD: MIN_SHARED - 1}
+    elif case == "one row":
+        query, key, value, mask = query[:1], key[:1], value[:1], mask[:1]
+    elif case == "prefill":
+        query = torch.randn(B, HQ, 3, DIM)
+        mask = torch.ones(B, 1, 3, T, dtype=torch.bool)
+    elif case == "no keyword":
+        kwargs = {}
+    key[1:, :, :SHARED] = float("nan")  # sdpa reads every row: NaN comes through
+    got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **kwargs)
+    assert torch.equal(got.isnan(), sdpa(query, key, value, mask).isnan())
+
+
+def test_enable_switches_only_sdpa_models(tokenizer: Any) -> None:
+    from arft.models.loading import tiny_model
+
+    model = tiny_model(tokenizer)
+    model.set_attn_implementation("sdpa")
+    assert cascade.enable(model) and model.config._attn_implementation == cascade.NAME
+    assert cascade.enable(model)  # already on
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():  # no keyword: exactly sdpa
+        on = model(input_ids=ids).logits
+        model.set_attn_implementation("sdpa")
+        assert torch.equal(on, model(input_ids=ids).logits)
+    model.set_attn_implementation("eager")
+    assert not cascade.enable(model) and model.config._attn_implementation == "eager"
