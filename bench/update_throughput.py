@@ -8,8 +8,8 @@ share of sampled tokens). Model FLOPs per token: 2N forward + 2N backward throug
 (LoRA leaves the base weights frozen, so no 2N weight-gradient term) + attention. Goals (issue
 17): >= 0.30 of the matmul peak, <= 6 GB peak RSS.
 
-``--shared N``: the sequences come in groups of ``--group`` (default 4, one micro-batch each)
-that start with the same N tokens, as a task's rollouts share their prompt. Then the update runs
+``--shared N``: the sequences come in groups of ``--group`` (default 4; ``--group`` = ``--seqs``:
+all share it, as the calculator demo's rows share their worked examples) that start with the same N tokens, as a task's rollouts share their prompt. Then the update runs
 with ``training.share_prefix`` off and on, alternating in the same run, and the ratio is printed
 (tokens/s counts every token of every sequence, shared or not).
 
@@ -79,6 +79,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--micro", type=int, default=None, help="micro-batch size (default: the trainer's)")
+    ap.add_argument("--micro-tokens", type=int, default=None,
+                    help="micro-batch token budget (default: the trainer's; 0: none)")
     ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     args = ap.parse_args()
     if args.shared > args.len - args.sampled:
@@ -97,8 +99,9 @@ def main() -> None:
     arms = {"share_prefix off": False, "share_prefix on": True} if args.shared else {"update": True}
     if args.shared and args.arms != "both":
         arms = {f"share_prefix {args.arms}": args.arms == "on"}
-    spec = TrainingSpec(gradient_checkpointing=args.checkpointing,
-                        micro_batch_size=args.micro or (args.group if args.shared else TrainingSpec().micro_batch_size))
+    tokens = {} if args.micro_tokens is None else {"micro_batch_tokens": args.micro_tokens or None}
+    spec = TrainingSpec(gradient_checkpointing=args.checkpointing, **tokens,
+                        micro_batch_size=args.micro or TrainingSpec().micro_batch_size)
     learner = Learner(wrap_policy(model, spec, 0), spec, lr=1e-5, total_steps=100, temperature=1.0, pad_id=0)
     autocast = isinstance(learner._autocast(), torch.autocast)
     dtype = "bfloat16" if autocast else str(model.dtype).removeprefix("torch.")
@@ -119,7 +122,8 @@ def main() -> None:
     flops_per_token = 4 * n_params + 3 * 2 * cfg.num_hidden_layers * args.len * cfg.hidden_size
     print(f"update {args.seqs} x {args.len} tokens (loss on {args.sampled}/seq"
           f"{f', groups of {args.group} sharing {args.shared}' if args.shared else ''}), LoRA, "
-          f"{'bf16 autocast' if autocast else dtype}, micro-batch {spec.micro_batch_size}, checkpointing "
+          f"{'bf16 autocast' if autocast else dtype}, micro-batch {spec.micro_batch_size} / "
+          f"{spec.micro_batch_tokens} tokens, checkpointing "
           f"{spec.gradient_checkpointing}, {args.threads} threads, median of {args.repeats}")
     print(f"  {dtype} matmul peak (2048^2, same run): {peak:.1f} GFLOP/s")
     rates = {}

@@ -161,14 +161,15 @@ class TrainingSpec(Spec):
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradients are clipped to this global L2 norm."""
-    micro_batch_size: int = 4
-    """Sequences per forward/backward; gradients accumulate over the whole batch. Activation
-    memory grows with it (SmolLM2-135M: ~0.7 GB per 512-token sequence without checkpointing)."""
-    micro_batch_tokens: int | None = Field(default=4096, ge=1)
-    """At most this many padded tokens (sequences × the longest) per forward/backward, so that
-    long multi-turn rollouts do not multiply activation memory (SmolLM2-135M in float32: ~1.4 MB
-    a token; four 2.5k-token rollouts at once took 14 GB); a longer sequence goes alone. ``null``:
-    ``micro_batch_size`` sequences whatever their length."""
+    micro_batch_size: int = 16
+    """At most this many sequences per forward/backward; gradients accumulate over the whole
+    batch. ``micro_batch_tokens`` is what bounds activation memory."""
+    micro_batch_tokens: int | None = Field(default=1536, ge=1)
+    """At most this many tokens run per forward/backward: sequences × the longest, or with
+    ``share_prefix`` the micro-batch's common prefix once plus every row's rest (padded). A
+    longer sequence goes alone. Activation memory grows with it (SmolLM2-135M in float32:
+    ~3 MB a token run; the default keeps the update under 6 GB, bench/update_throughput.py); on
+    a GPU raise it. ``null``: ``micro_batch_size`` sequences whatever their length."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: far less memory, ~30 % more compute."""
     share_prefix: bool = True

@@ -20,7 +20,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from arft.engines.prefix_cache import common_prefix, id_array
+from arft.models.token_ids import common_prefix, id_array
 
 if TYPE_CHECKING:
     import torch

@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from arft.engines.prefix_cache import PrefixCache, PrefixEntry, common_prefix, id_array
+from arft.engines.prefix_cache import PrefixCache, PrefixEntry
+from arft.models.token_ids import common_prefix, id_array
 
 if TYPE_CHECKING:
     import torch

@@ -27,6 +27,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable, Sequence
 
+from arft.models.token_ids import common_prefix, id_array
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -154,24 +156,6 @@ class PrefixCache:
             self.entries.remove(oldest)
             self._bytes -= oldest.nbytes
             self.stats.evicted += 1
-
-
-def id_array(ids: Sequence[int]) -> "np.ndarray":
-    """Token ids as an int64 array (numpy is imported here, not when arft's CLI starts)."""
-    import numpy as np
-
-    return np.asarray(ids, dtype=np.int64)
-
-
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two id arrays."""
-    import numpy as np
-
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if len(differ) else n
 
 
 def weights_fingerprint(model: Any) -> tuple[tuple[int, int], ...]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from arft.models.token_ids import common_prefix
 from arft.records import Rollout, TrainBatch
+from arft.trainer.shared_prefix import MIN_PREFIX
 
 if TYPE_CHECKING:
     import torch
@@ -63,13 +65,60 @@ def groups_by_length(lengths: Sequence[int], size: int, max_tokens: int | None =
     return groups
 
 
-def micro_batches(batch: TrainBatch, size: int, pad_id: int = 0, max_tokens: int | None = None) -> list[Tensors]:
-    """Split ``batch`` into right-padded micro-batches (``groups_by_length``: at most ``size``
-    sequences and ``max_tokens`` padded tokens each)."""
+def groups_sharing_prefixes(ids: Sequence[Sequence[int]], size: int, max_tokens: int | None = None,
+                            min_prefix: int = MIN_PREFIX) -> list[list[int]]:
+    """Micro-batches for an update that runs a micro-batch's common prefix once
+    (``training.share_prefix``): sequences that start with at least ``min_prefix`` equal tokens
+    go together, each micro-batch at most ``size`` sequences and ``max_tokens`` tokens *run*: the
+    common prefix once plus every row's rest padded to the longest (what activation memory and
+    compute grow with). Sequences that share no such prefix are grouped by ``groups_by_length``."""
+    order = sorted(range(len(ids)), key=lambda i: tuple(ids[i]))  # a shared prefix makes neighbours
+    clusters: list[list[int]] = []
+    for prev, i in zip([None, *order], order):
+        if prev is not None and common_prefix(ids[prev], ids[i]) >= min_prefix:
+            clusters[-1].append(i)
+        else:
+            clusters.append([i])
+    alone = [i for c in clusters if len(c) == 1 for i in c]
+    groups = [[alone[j] for j in g] for g in groups_by_length([len(ids[i]) for i in alone], size, max_tokens)]
+    for cluster in (c for c in clusters if len(c) > 1):
+        groups += _pack_sharing(ids, sorted(cluster, key=lambda i: len(ids[i])), size, max_tokens, min_prefix)
+    return groups
+
+
+def _pack_sharing(ids: Sequence[Sequence[int]], members: list[int], size: int,
+                  max_tokens: int | None, min_prefix: int) -> list[list[int]]:
+    """Greedy micro-batches of one cluster (sorted by length), bounded by tokens run (a prefix
+    shorter than ``min_prefix`` is not shared: then every row runs whole)."""
+    groups: list[list[int]] = []
+    prefix = 0
+    for i in members:
+        g = groups[-1] if groups else None
+        if g is not None and len(g) < size:
+            p = min(prefix, common_prefix(ids[g[0]], ids[i]), len(ids[g[0]]) - 1)  # each row keeps a token
+            run = (len(g) + 1) * len(ids[i]) if p < min_prefix else p + (len(g) + 1) * (len(ids[i]) - p)
+            if max_tokens is None or run <= max_tokens:
+                g.append(i)
+                prefix = p
+                continue
+        groups.append([i])
+        prefix = len(ids[i])
+    return groups
+
+
+def micro_batches(batch: TrainBatch, size: int, pad_id: int = 0, max_tokens: int | None = None,
+                  share_prefix: bool = False) -> list[Tensors]:
+    """Split ``batch`` into right-padded micro-batches of at most ``size`` sequences and
+    ``max_tokens`` tokens each: padded tokens (``groups_by_length``), or with ``share_prefix``
+    tokens run with the common prefix once (``groups_sharing_prefixes``)."""
     import torch
 
+    if share_prefix:
+        groups = groups_sharing_prefixes(batch.input_ids, size, max_tokens)
+    else:
+        groups = groups_by_length([len(ids) for ids in batch.input_ids], size, max_tokens)
     out = []
-    for idx in groups_by_length([len(ids) for ids in batch.input_ids], size, max_tokens):
+    for idx in groups:
         t = max(len(batch.input_ids[i]) for i in idx)
         ids = torch.full((len(idx), t), pad_id, dtype=torch.long)
         attn = torch.zeros((len(idx), t), dtype=torch.long)

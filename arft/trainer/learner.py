@@ -67,7 +67,7 @@ class Learner:
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
         """One or more optimizer steps on ``batch``; returns the update's metrics."""
-        mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id, self.spec.micro_batch_tokens)
+        mbs = self._micro_batches(batch)
         total = sum(mb.n_tokens for mb in mbs)
         if total == 0:
             return {"update/tokens": 0.0}
@@ -96,11 +96,18 @@ class Learner:
                 "update/tis_truncated_fraction": stats.tis_truncated / n,
                 "update/grad_norm": max(norms), "update/lr": self.optimizer.param_groups[0]["lr"]}
 
+    def _micro_batches(self, batch: TrainBatch) -> list[Tensors]:
+        """``batch`` split as the spec says; with ``share_prefix`` the token budget counts each
+        micro-batch's common prefix once, as the update runs it."""
+        spec = self.spec
+        share = spec.share_prefix and not spec.gradient_checkpointing
+        return micro_batches(batch, spec.micro_batch_size, self.pad_id, spec.micro_batch_tokens, share)
+
     def supervised_update(self, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step of supervised fine-tuning on ``batch``: the mean negative
         log-likelihood of the masked tokens (at temperature 1; advantages and old logprobs are
         ignored). Returns the step's metrics."""
-        mbs = micro_batches(batch, self.spec.micro_batch_size, self.pad_id, self.spec.micro_batch_tokens)
+        mbs = self._micro_batches(batch)
         total = sum(mb.n_tokens for mb in mbs)
         if total == 0:
             return {"sft/tokens": 0.0}

@@ -56,6 +56,23 @@ def test_micro_batches_hold_at_most_max_tokens_padded_tokens() -> None:
     assert sum(mb.n_tokens for mb in mbs) == 6
 
 
+def test_sharing_micro_batches_count_the_common_prefix_once() -> None:
+    from arft.trainer.batching import groups_sharing_prefixes
+
+    system = list(range(100, 180))  # 80 tokens every sequence of a job starts with
+    ids = [system + [7] * n for n in (20, 30, 25)] + [list(range(500, 560)), system + [9] * 40, [1, 2, 3]]
+    groups = groups_sharing_prefixes(ids, size=16, max_tokens=250)
+    # 80 + 4 x 40 = 240 tokens run (padded: 4 x 120 = 480); the two that share nothing go by length
+    assert sorted(map(sorted, groups)) == [[0, 1, 2, 4], [3, 5]]
+    assert groups_sharing_prefixes(ids, size=16, max_tokens=200) == [[5, 3], [0, 2, 1], [4]]  # 80 + 3 x 30
+    assert groups_sharing_prefixes(ids, size=2, max_tokens=None)[-2:] == [[0, 2], [1, 4]]  # size still holds
+    short = [[5] * 10 + [n] for n in range(4)]  # 10 shared tokens: too few to share, padded count
+    assert groups_sharing_prefixes(short, size=16, max_tokens=22) == [[0, 1], [2, 3]]
+    batch = to_train_batch([rollout(list(x), [0] * (len(x) - 1) + [1]) for x in ids], [1.0] * len(ids))
+    mbs = micro_batches(batch, 16, pad_id=0, max_tokens=250, share_prefix=True)
+    assert sorted(mb.input_ids.shape[0] for mb in mbs) == [2, 4] and sum(mb.n_tokens for mb in mbs) == 6
+
+
 def test_loss_is_policy_gradient_at_ratio_one() -> None:
     lp = torch.tensor([-1.0, -2.0], requires_grad=True)
     loss, stats = policy_loss(lp, lp.detach(), lp.detach(), torch.tensor([1.0, -1.0]), loss_config())

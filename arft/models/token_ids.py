@@ -1,0 +1,28 @@
+"""Token-id sequences compared by their common prefix (numpy is imported lazily, not when arft's
+CLI starts). Used by the engine's prefix store and KV layout and by the trainer's micro-batching."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def id_array(ids: Sequence[int]) -> "np.ndarray":
+    """Token ids as an int64 array."""
+    import numpy as np
+
+    return np.asarray(ids, dtype=np.int64)
+
+
+def common_prefix(a: "np.ndarray | Sequence[int]", b: "np.ndarray | Sequence[int]") -> int:
+    """Length of the longest common prefix of two id sequences."""
+    import numpy as np
+
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(id_array(a[:n]) != id_array(b[:n]))
+    return int(differ[0]) if len(differ) else n
