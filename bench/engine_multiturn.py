@@ -39,6 +39,7 @@ EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name":
            '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
            '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
 TURNS = 3
+SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade")
 
 
 def tool_result(task: int, turn: int) -> str:
@@ -93,8 +94,10 @@ def run_hf(model: Any, work: Workload, new_tokens: int) -> tuple[int, float]:
     return generated, time.perf_counter() - start
 
 
-async def run_engine(engine: Any, work: Workload, new_tokens: int) -> tuple[int, float]:
-    """``(generated tokens, seconds)``: 32 concurrent rollouts, each turn its whole conversation."""
+async def run_engine(engine: Any, work: Workload, new_tokens: int, rep: int = 0) -> tuple[int, float]:
+    """``(generated tokens, seconds)``: 32 concurrent rollouts, each turn its whole conversation.
+    Every turn samples with its own seed (the same in every engine arm of repeat ``rep``), so the
+    engine arms generate the same tokens and their times compare like with like."""
     from arft.engines.base import SamplingParams
 
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens)
@@ -102,7 +105,8 @@ async def run_engine(engine: Any, work: Workload, new_tokens: int) -> tuple[int,
     async def rollout(i: int) -> int:
         conv, generated = list(work.starts[i]), 0
         for turn in range(TURNS):
-            gen = await engine.generate(conv, params)
+            seed = 1_000_000 * rep + 1000 * i + turn
+            gen = await engine.generate(conv, params.model_copy(update={"seed": seed}))
             generated += len(gen.token_ids)
             conv += list(gen.token_ids) + work.after(i, turn, list(gen.token_ids))
         return generated
@@ -112,25 +116,28 @@ async def run_engine(engine: Any, work: Workload, new_tokens: int) -> tuple[int,
     return sum(counts), time.perf_counter() - start
 
 
-async def compare(model: Any, work: Workload, new_tokens: int, repeats: int) -> dict[str, float]:
-    """Median tok/s of each system over ``repeats`` alternating runs."""
+async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
+                  systems: list[str]) -> dict[str, float]:
+    """Median tok/s of each of ``systems`` over ``repeats`` alternating runs."""
     from arft.engines.transformers_engine import TransformersEngine
 
     engines = {"engine": TransformersEngine(model, work.tokenizer, max_batch_size=32, prefix_cache_mb=0),
                "engine+kv": TransformersEngine(model, work.tokenizer, max_batch_size=32),
                "kv-no-cascade": TransformersEngine(model, work.tokenizer, max_batch_size=32)}
     engines["kv-no-cascade"]._cascade = False  # the ablation: no public switch, nobody else needs one
-    THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
+    engines = {name: engine for name, engine in engines.items() if name in systems}
+    if "hf" in systems:
+        THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
     for engine in engines.values():
         await THROUGHPUT.run_engine(engine, work.starts[:2], 4)
-    rates: dict[str, list[float]] = {"hf": [], **{name: [] for name in engines}}
+    rates: dict[str, list[float]] = {name: [] for name in SYSTEMS if name in systems}
     for rep in range(repeats):
         for name in rates:
             if name == "hf":
                 tokens, seconds = run_hf(model, work, new_tokens)
             else:
                 engines[name].prefix_cache.clear()  # every repeat starts cold
-                tokens, seconds = await run_engine(engines[name], work, new_tokens)
+                tokens, seconds = await run_engine(engines[name], work, new_tokens, rep)
             rates[name].append(tokens / seconds)
             print(f"  run {rep + 1} {name:>13}: {tokens:5d} tokens in {seconds:6.1f} s = "
                   f"{tokens / seconds:6.1f} tok/s", flush=True)
@@ -150,6 +157,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="max new tokens a turn (default 64)")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each system (default 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS),
+                        help="which systems to run (default all; the ratios need hf, engine and engine+kv)")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
                         help="default auto: what arft's engine picks here (bf16 only where this CPU runs it "
                              "natively, else float32)")
@@ -166,13 +175,12 @@ def main() -> None:
           f"rollouts x {TURNS} turns, first prompt {len(work.starts[0])} tokens, tool results "
           f"{len(work.after(0, 0, []))}-{len(work.after(0, TURNS - 2, []))} tokens, up to "
           f"{args.new_tokens} new tokens a turn", flush=True)
-    med = asyncio.run(compare(model, work, args.new_tokens, args.repeats))
-    print(f"median tok/s: HF generate {med['hf']:.1f} | engine {med['engine']:.1f} | engine+kv "
-          f"{med['engine+kv']:.1f} | engine+kv without cascade attention {med['kv-no-cascade']:.1f}")
-    print(f"ratio engine+kv / HF generate: {med['engine+kv'] / med['hf']:.2f}x (goal >= 3) | "
-          f"engine+kv / engine: {med['engine+kv'] / med['engine']:.2f}x (goal >= 1.5) | "
-          f"engine / HF: {med['engine'] / med['hf']:.2f}x | cascade attention: "
-          f"{med['engine+kv'] / med['kv-no-cascade']:.2f}x")
+    med = asyncio.run(compare(model, work, args.new_tokens, args.repeats, args.systems))
+    print("median tok/s: " + " | ".join(f"{name} {rate:.1f}" for name, rate in med.items()))
+    ratios = [("engine+kv", "hf", " (goal >= 3)"), ("engine+kv", "engine", " (goal >= 1.5)"),
+              ("engine", "hf", ""), ("engine+kv", "kv-no-cascade", ": cascade attention")]
+    print("ratios: " + " | ".join(f"{a} / {b}: {med[a] / med[b]:.2f}x{note}"
+                                  for a, b, note in ratios if a in med and b in med))
 
 
 if __name__ == "__main__":
