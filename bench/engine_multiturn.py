@@ -123,8 +123,8 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
 
     engines = {"engine": TransformersEngine(model, work.tokenizer, max_batch_size=32, prefix_cache_mb=0),
                "engine+kv": TransformersEngine(model, work.tokenizer, max_batch_size=32),
-               "kv-no-cascade": TransformersEngine(model, work.tokenizer, max_batch_size=32)}
-    engines["kv-no-cascade"]._cascade = False  # the ablation: no public switch, nobody else needs one
+               "kv-no-cascade": TransformersEngine(model, work.tokenizer, max_batch_size=32,
+                                                   cascade_attention=False)}
     engines = {name: engine for name, engine in engines.items() if name in systems}
     if "hf" in systems:
         THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations

@@ -290,6 +290,8 @@ def main() -> None:
 
     from arft.config import load_job
 
+    if args.arft_eval_every is not None and args.arft_eval_every < 1:
+        ap.error(f"--arft-eval-every {args.arft_eval_every}: evaluate every N >= 1 steps")
     job = load_job(JOB)
     if args.steps is not None:
         job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": args.steps})})

@@ -83,6 +83,8 @@ def main() -> None:
                     help="micro-batch token budget (default: the trainer's; 0: none)")
     ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     args = ap.parse_args()
+    if args.micro_tokens is not None and args.micro_tokens < 0:
+        ap.error(f"--micro-tokens {args.micro_tokens}: give a positive budget, or 0 for none")
     if args.shared > args.len - args.sampled:
         ap.error(f"--shared {args.shared} overlaps the sampled tokens: keep it <= --len - --sampled")
 

@@ -161,7 +161,7 @@ class TrainingSpec(Spec):
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradients are clipped to this global L2 norm."""
-    micro_batch_size: int = 16
+    micro_batch_size: int = Field(default=16, ge=1)
     """At most this many sequences per forward/backward; gradients accumulate over the whole
     batch. ``micro_batch_tokens`` is what bounds activation memory."""
     micro_batch_tokens: int | None = Field(default=1536, ge=1)

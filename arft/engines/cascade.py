@@ -47,6 +47,11 @@ def enable(model: Any) -> bool:
     return getattr(model.config, "_attn_implementation", None) == NAME
 
 
+def reads_once(shared: int, rows: int) -> bool:
+    """Whether a decode step of ``rows`` rows sharing ``shared`` leading columns cascades."""
+    return shared >= MIN_SHARED and rows >= 2
+
+
 @functools.cache
 def _register() -> None:
     from transformers import AttentionInterface
@@ -65,7 +70,7 @@ def cascade_attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", v
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     shared = int(kwargs.pop(KEYWORD, 0) or 0)
-    plain = (shared < MIN_SHARED or query.shape[2] != 1 or query.shape[0] < 2 or dropout
+    plain = (not reads_once(shared, query.shape[0]) or query.shape[2] != 1 or dropout
              or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
              or shared >= key.shape[2])
     if plain:

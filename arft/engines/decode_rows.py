@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from arft.engines.base import Generation, SamplingParams
 from arft.engines.grammar import ToolCallMasker
@@ -20,6 +20,18 @@ if TYPE_CHECKING:
 
 LOOK_AHEAD_TOKENS = 8
 """Most tokens sampled after a stop string to see whether a continuation string follows."""
+
+
+def checked_prompt(prompt_ids: Sequence[int], vocab_size: int) -> list[int]:
+    """``prompt_ids`` as a list of ints; ``ValueError`` for an empty prompt or an id outside the vocabulary."""
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise ValueError("generate() needs at least one prompt token: render the chat first")
+    bad = [t for t in prompt if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"prompt token ids {bad[:5]} are outside the model's vocabulary "
+                         f"(size {vocab_size}): encode with this engine's tokenizer")
+    return prompt
 
 
 @dataclass

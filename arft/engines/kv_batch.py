@@ -20,7 +20,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from arft.models.token_ids import common_prefix, id_array
+from arft.models.token_ids import common_prefix
 
 if TYPE_CHECKING:
     import torch
@@ -122,7 +122,7 @@ class KVBatch:
         import torch
         import torch.nn.functional as F
 
-        lead = common_prefix(id_array(self.shared_ids), id_array(other.shared_ids))
+        lead = common_prefix(self.shared_ids, other.shared_ids)
         self.shared_ids = self.shared_ids[:lead]
         if self._append(other):
             return

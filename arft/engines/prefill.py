@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arft.engines.prefix_cache import PrefixCache, PrefixEntry
-from arft.models.token_ids import common_prefix, id_array
+from arft.models.token_ids import common_prefix_of_all
 
 if TYPE_CHECKING:
     import torch
@@ -63,10 +63,7 @@ def shared_prefix(prompts: list[list[int]], store: PrefixCache | None) -> list[i
     ``SHARED_PREFIX_MIN_TOKENS``); None otherwise."""
     if len(prompts) < 2 or store is None:
         return None
-    first = id_array(prompts[0])
-    n = min(len(p) for p in prompts) - 1  # every prompt keeps a token of its own to run
-    for p in prompts[1:]:
-        n = min(n, common_prefix(first, id_array(p)))
+    n = min(common_prefix_of_all(prompts), min(len(p) for p in prompts) - 1)  # each keeps a token to run
     reused = max(store.reusable(p) for p in prompts)
     return prompts[0][:n] if n - reused >= SHARED_PREFIX_MIN_TOKENS else None
 
@@ -98,10 +95,7 @@ def plan(prompts: list[list[int]], store: PrefixCache | None, device: "torch.dev
     if wc:
         _preload(cache, hits, wc, device)
     computed = sum(len(p) - c for p, (_, c) in zip(unique, hits))
-    lead = min(c for _, c in hits)
-    first = id_array(unique[0])
-    for p in unique[1:]:
-        lead = min(lead, common_prefix(first, id_array(p)))
+    lead = min(common_prefix_of_all(unique), *(c for _, c in hits))
     return PrefillPlan(ids.to(device), positions.to(device), mask.to(device), cache, expand, computed,
                        unique[0][:lead])
 

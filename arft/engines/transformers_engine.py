@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from arft.engines import cascade
 from arft.engines.base import EngineError, Generation, SamplingParams
-from arft.engines.decode_rows import FinishRules, Request, Row, generation, new_row
+from arft.engines.decode_rows import FinishRules, Request, Row, checked_prompt, generation, new_row
 from arft.engines.engine_stats import EngineStats
 from arft.engines.grammar import ToolCallMasker
 from arft.engines.hf_model import eos_ids, forward_kwargs, torch_device
@@ -72,7 +72,8 @@ class TransformersEngine:
     be there (it is never moved or copied). Generation uses the model in whatever mode it is
     in: keep it in eval mode (``load_model`` does) so dropout does not change the policy.
     ``stats`` counts prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the
-    prefix store reused. ``prefix_cache_mb=0`` turns KV reuse off.
+    prefix store reused. ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False``
+    reads a prefix every row shares once per row again (for comparisons).
     """
 
     supports_constraints = True
@@ -83,7 +84,7 @@ class TransformersEngine:
         self.masker.compile(grammar)
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
-                 device: str | None = None, prefix_cache_mb: float = 2048) -> None:
+                 device: str | None = None, prefix_cache_mb: float = 2048, cascade_attention: bool = True) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 (got {max_batch_size}); set engine.max_batch_size")
         if prefix_cache_mb < 0:
@@ -103,7 +104,7 @@ class TransformersEngine:
         """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
         self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
         self._cache_kwarg, self._forward_kwargs = forward_kwargs(model)
-        self._cascade = self.device.type == "cpu" and cascade.enable(model)
+        self._cascade = cascade_attention and self.device.type == "cpu" and cascade.enable(model)
         self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
         self._weights_lock = threading.Lock()
@@ -154,7 +155,7 @@ class TransformersEngine:
         settled token ids (a look-ahead past a stop string waits until it is kept or dropped)."""
         if self._closed:
             raise EngineError("the transformers engine is closed: create a new engine to generate")
-        prompt = self._check_prompt(prompt_ids)
+        prompt = checked_prompt(prompt_ids, self.vocab_size)
         if params.max_new_tokens <= 0:
             return Generation(token_ids=(), logprobs=(), text="", finish_reason="length")
         matcher = None
@@ -186,16 +187,6 @@ class TransformersEngine:
         for request in waiting:
             self._deliver(request, EngineError("the transformers engine was closed before this "
                                                "request ran: create a new engine and retry"))
-
-    def _check_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ValueError("generate() needs at least one prompt token: render the chat first")
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt token ids {bad[:5]} are outside the model's vocabulary "
-                             f"(size {self.vocab_size}): encode with this engine's tokenizer")
-        return prompt
 
     def _ensure_batcher(self, loop: asyncio.AbstractEventLoop) -> None:
         # A batcher belongs to one event loop; a new loop (e.g. a new asyncio.run) gets its own.
@@ -335,18 +326,21 @@ class TransformersEngine:
         ids = torch.tensor([[r.tokens[-1]] for r in batch.rows], device=self.device)
         positions = torch.tensor([[r.next_position] for r in batch.rows], device=self.device)
         batch.mask = torch.cat([batch.mask, batch.mask.new_ones((batch.size, 1))], dim=1)
-        logits = self._forward(ids, batch, positions)
+        shared = batch.shared if self._cascade and batch.mergeable else 0  # full-attention layers only
+        logits = self._forward(ids, batch, positions, shared)
         self.stats.decode_steps += 1
         self.stats.decode_batch_sizes[batch.size] += 1
-        self.stats.cascade_steps += self._cascade and batch.shared >= cascade.MIN_SHARED and batch.size > 1
+        self.stats.cascade_steps += cascade.reads_once(shared, batch.size)
         self.stats.max_rows = max(self.stats.max_rows, batch.size)
         self._accept(batch.rows, logits)
 
-    def _forward(self, ids: "torch.Tensor", batch: KVBatch, positions: "torch.Tensor") -> "torch.Tensor":
-        """Last-position logits ``[B, V]``; the batch's cache grows in place."""
-        shared = {cascade.KEYWORD: batch.shared} if self._cascade and batch.mergeable else {}
+    def _forward(self, ids: "torch.Tensor", batch: KVBatch, positions: "torch.Tensor",
+                 shared: int = 0) -> "torch.Tensor":
+        """Last-position logits ``[B, V]``; the batch's cache grows in place. ``shared``: leading
+        columns every row holds the same (cascade attention reads them once)."""
+        extra = {cascade.KEYWORD: shared} if shared else {}
         out = self.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
-                         **{self._cache_kwarg: batch.cache}, **self._forward_kwargs, **shared)
+                         **{self._cache_kwarg: batch.cache}, **self._forward_kwargs, **extra)
         return out.logits[:, -1, :]
 
     def _accept(self, rows: list[Row], logits: "torch.Tensor") -> None:

@@ -26,3 +26,14 @@ def common_prefix(a: "np.ndarray | Sequence[int]", b: "np.ndarray | Sequence[int
         return 0
     differ = np.flatnonzero(id_array(a[:n]) != id_array(b[:n]))
     return int(differ[0]) if len(differ) else n
+
+
+def common_prefix_of_all(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the prefix every sequence of ``seqs`` starts with (0 for none)."""
+    if not seqs:
+        return 0
+    first = id_array(seqs[0])
+    n = len(first)
+    for s in seqs[1:]:
+        n = min(n, common_prefix(first, s))
+    return n

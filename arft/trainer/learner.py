@@ -78,7 +78,7 @@ class Learner:
         for _ in range(self.spec.updates_per_batch):
             for i, mb in enumerate(mbs):
                 with self._autocast():
-                    lp, entropy = token_logprobs(self.policy, mb, self.loss_cfg.temperature, self.spec.share_prefix)
+                    lp, entropy = token_logprobs(self.policy, mb, self.loss_cfg.temperature, self._share_prefix)
                 old_lp = old[i] if old is not None else lp.detach()
                 adv = mb.advantages.unsqueeze(1).expand_as(mb.target_mask)[mb.target_mask.bool()]
                 engine_lp = mb.old_logprobs[mb.target_mask.bool()]
@@ -96,12 +96,18 @@ class Learner:
                 "update/tis_truncated_fraction": stats.tis_truncated / n,
                 "update/grad_norm": max(norms), "update/lr": self.optimizer.param_groups[0]["lr"]}
 
+    @property
+    def _share_prefix(self) -> bool:
+        """Whether the passes run a micro-batch's common prefix once (``training.share_prefix``;
+        not under gradient checkpointing, which runs without a cache)."""
+        return self.spec.share_prefix and not self.spec.gradient_checkpointing
+
     def _micro_batches(self, batch: TrainBatch) -> list[Tensors]:
-        """``batch`` split as the spec says; with ``share_prefix`` the token budget counts each
-        micro-batch's common prefix once, as the update runs it."""
+        """``batch`` split as the spec says; when the prefix is shared the token budget counts
+        each micro-batch's common prefix once, as the passes run it."""
         spec = self.spec
-        share = spec.share_prefix and not spec.gradient_checkpointing
-        return micro_batches(batch, spec.micro_batch_size, self.pad_id, spec.micro_batch_tokens, share)
+        return micro_batches(batch, spec.micro_batch_size, self.pad_id, spec.micro_batch_tokens,
+                             self._share_prefix)
 
     def supervised_update(self, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step of supervised fine-tuning on ``batch``: the mean negative
@@ -115,7 +121,7 @@ class Learner:
         nll = 0.0
         for mb in mbs:
             with self._autocast():
-                lp, _ = token_logprobs(self.policy, mb, 1.0, self.spec.share_prefix)
+                lp, _ = token_logprobs(self.policy, mb, 1.0, self._share_prefix)
             (-lp.sum() / total).backward()
             nll -= float(lp.detach().sum())
         norm = self._optimizer_step()
@@ -145,13 +151,13 @@ class Learner:
         import torch
 
         with torch.no_grad(), self._autocast():
-            return token_logprobs(self.policy, mb, self.loss_cfg.temperature, self.spec.share_prefix)[0]
+            return token_logprobs(self.policy, mb, self.loss_cfg.temperature, self._share_prefix)[0]
 
     def _ref_logprobs(self, mb: Tensors) -> Any:
         import torch
 
         with torch.no_grad(), self._autocast(), self._reference() as ref:
-            return token_logprobs(ref, mb, self.loss_cfg.temperature, self.spec.share_prefix)[0]
+            return token_logprobs(ref, mb, self.loss_cfg.temperature, self._share_prefix)[0]
 
     @contextlib.contextmanager
     def _reference(self) -> Iterator[Any]:

@@ -125,10 +125,17 @@ async def test_decode_reads_a_shared_system_prompt_once(engines: Any, model: Any
     system = ids(40, rng)
     starts = [system + ids(rng.randrange(3, 15), rng) for _ in range(5)]
     params = [sampling(temperature=1.0, max_new_tokens=rng.randrange(4, 12), seed=i) for i in range(5)]
-    assert_same(await three_turns(cached, starts, params), await three_turns(plain, starts, params))
+    got = await three_turns(cached, starts, params)
+    assert_same(got, await three_turns(plain, starts, params))
     assert model.config._attn_implementation == "arft_cascade"
     assert cached.stats.cascade_steps > cached.stats.decode_steps / 2
     assert plain.stats.cascade_steps == 0
+    off = TransformersEngine(model, cached.tokenizer, max_batch_size=8, cascade_attention=False)
+    try:  # the switch: the same store and layout, every row reading its own copy
+        assert_same(got, await three_turns(off, starts, params))
+        assert off.stats.cascade_steps == 0 and off.stats.decode_steps > 0
+    finally:
+        await off.aclose()
 
 
 async def test_stop_look_ahead_tokens_are_not_stored(engines: Any, tokenizer: Any) -> None:
