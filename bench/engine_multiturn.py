@@ -15,6 +15,8 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
   read the shared system prompt's keys and values once for all rows (cascade attention).
 - ``kv-no-cascade``: ``engine+kv`` with cascade attention off (every row reads its own copy),
   to measure what cascade attention adds.
+- ``kv-unpacked``: ``engine+kv`` with its linear layers on ``F.linear`` instead of oneDNN's
+  prepacked weights (``arft.engines.packed_linear``), to measure what packing adds.
 
 Counted: generated tokens (up to and including eos) per wall-clock second over the whole
 workload, prefill included. The systems run one after another in every repeat, alternating.
@@ -39,7 +41,7 @@ EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name":
            '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
            '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
 TURNS = 3
-SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade")
+SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked")
 
 
 def tool_result(task: int, turn: int) -> str:
@@ -124,7 +126,8 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
     engines = {"engine": TransformersEngine(model, work.tokenizer, max_batch_size=32, prefix_cache_mb=0),
                "engine+kv": TransformersEngine(model, work.tokenizer, max_batch_size=32),
                "kv-no-cascade": TransformersEngine(model, work.tokenizer, max_batch_size=32,
-                                                   cascade_attention=False)}
+                                                   cascade_attention=False),
+               "kv-unpacked": TransformersEngine(model, work.tokenizer, max_batch_size=32, packed_linears=False)}
     engines = {name: engine for name, engine in engines.items() if name in systems}
     if "hf" in systems:
         THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
@@ -178,7 +181,8 @@ def main() -> None:
     med = asyncio.run(compare(model, work, args.new_tokens, args.repeats, args.systems))
     print("median tok/s: " + " | ".join(f"{name} {rate:.1f}" for name, rate in med.items()))
     ratios = [("engine+kv", "hf", " (goal >= 3)"), ("engine+kv", "engine", " (goal >= 1.5)"),
-              ("engine", "hf", ""), ("engine+kv", "kv-no-cascade", ": cascade attention")]
+              ("engine", "hf", ""), ("engine+kv", "kv-no-cascade", ": cascade attention"),
+              ("engine+kv", "kv-unpacked", ": packed linears")]
     print("ratios: " + " | ".join(f"{a} / {b}: {med[a] / med[b]:.2f}x{note}"
                                   for a, b, note in ratios if a in med and b in med))
 

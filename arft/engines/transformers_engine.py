@@ -29,7 +29,8 @@ first). A new request prefills only what follows the longest prefix the store al
 rollout's next turn runs just its tool results; the K samples of a task run their shared prompt
 once, and a prefix common to all prompts of an admission (a system prompt, worked examples) is
 run once before them (``arft.engines.prefill``). The store is cleared whenever a weight changes.
-Decode steps read that common prefix once for all rows (``arft.engines.cascade``, on the CPU).
+Decode steps read that common prefix once for all rows (``arft.engines.cascade``, on the CPU),
+and run the linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``).
 
 Rows' decoding state and finish rules: ``arft.engines.decode_rows``; the KV cache: ``kv_batch``.
 
@@ -43,10 +44,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from arft.engines import cascade
+from arft.engines import cascade, packed_linear
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.decode_rows import FinishRules, Request, Row, checked_prompt, generation, new_row
 from arft.engines.engine_stats import EngineStats
@@ -73,7 +75,8 @@ class TransformersEngine:
     in: keep it in eval mode (``load_model`` does) so dropout does not change the policy.
     ``stats`` counts prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the
     prefix store reused. ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False``
-    reads a prefix every row shares once per row again (for comparisons).
+    reads a prefix every row shares once per row again, ``packed_linears=False`` keeps
+    ``F.linear`` in decode steps (``arft.engines.packed_linear``); both are for comparisons.
     """
 
     supports_constraints = True
@@ -84,7 +87,8 @@ class TransformersEngine:
         self.masker.compile(grammar)
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
-                 device: str | None = None, prefix_cache_mb: float = 2048, cascade_attention: bool = True) -> None:
+                 device: str | None = None, prefix_cache_mb: float = 2048, cascade_attention: bool = True,
+                 packed_linears: bool = True) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 (got {max_batch_size}); set engine.max_batch_size")
         if prefix_cache_mb < 0:
@@ -105,6 +109,7 @@ class TransformersEngine:
         self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
         self._cache_kwarg, self._forward_kwargs = forward_kwargs(model)
         self._cascade = cascade_attention and self.device.type == "cpu" and cascade.enable(model)
+        self._packed = packed_linears and self.device.type == "cpu" and packed_linear.enable(model) > 0
         self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
         self._weights_lock = threading.Lock()
@@ -339,8 +344,9 @@ class TransformersEngine:
         """Last-position logits ``[B, V]``; the batch's cache grows in place. ``shared``: leading
         columns every row holds the same (cascade attention reads them once)."""
         extra = {cascade.KEYWORD: shared} if shared else {}
-        out = self.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
-                         **{self._cache_kwarg: batch.cache}, **self._forward_kwargs, **extra)
+        with packed_linear.packed_passes() if self._packed else contextlib.nullcontext():
+            out = self.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
+                             **{self._cache_kwarg: batch.cache}, **self._forward_kwargs, **extra)
         return out.logits[:, -1, :]
 
     def _accept(self, rows: list[Row], logits: "torch.Tensor") -> None:

@@ -1,0 +1,120 @@
+"""Prepacked oneDNN linears: the same results as ``F.linear`` within float rounding, only inside
+``packed_passes`` and only where no gradient is wanted; a written weight is packed again."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from arft.engines import packed_linear
+from arft.engines.packed_linear import MAX_ROWS, packed_passes
+from arft.engines.transformers_engine import TransformersEngine
+from tests.specs import sampling
+from tests.unit.engines.test_transformers_engine import varied_model
+
+pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="torch built without oneDNN")
+
+
+def layer(seed: int = 0, bias: bool = True) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    module = torch.nn.Linear(48, 40, bias=bias)
+    assert packed_linear.enable(module) == 1
+    return module
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 48), (3, 1, 48), (2, 7, 48)])
+def test_packed_equals_f_linear(shape: tuple[int, ...], bias: bool) -> None:
+    module = layer(bias=bias)
+    x = torch.randn(shape)
+    with torch.no_grad(), packed_passes():
+        got = module(x)
+    assert module._arft_packed is not None  # the packed path ran
+    assert got.shape == (*shape[:-1], 40)
+    assert torch.allclose(got, F.linear(x, module.weight, module.bias), atol=1e-5)
+
+
+def test_unsupported_dtypes_are_left_as_they_are() -> None:
+    module = torch.nn.Linear(8, 8).to(torch.float16)
+    assert packed_linear.enable(module) == 0 and not hasattr(module, "_arft_packed")
+    assert packed_linear.supports("float32")
+    assert not packed_linear.supports("float16")
+
+
+def test_outside_the_block_and_for_large_inputs_it_is_f_linear_exactly() -> None:
+    module = layer()
+    x = torch.randn(4, 48)
+    with torch.no_grad():
+        assert torch.equal(module(x), F.linear(x, module.weight, module.bias))
+        big = torch.randn(MAX_ROWS + 1, 48)
+        with packed_passes():
+            assert torch.equal(module(big), F.linear(big, module.weight, module.bias))
+    assert module._arft_packed is None  # never packed
+
+
+def test_a_written_weight_is_packed_again() -> None:
+    module = layer()
+    x = torch.randn(5, 48)
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.5)
+    module(torch.randn(8, 48)).square().sum().backward()  # grad path: plain F.linear
+    optimizer.step()  # in place: the weight's version moves
+    stepped = module.weight.detach().clone()
+    with torch.no_grad(), packed_passes():
+        after_step = module(x)
+        module.weight.copy_(torch.randn(40, 48))  # load_state_dict writes like this
+        after_copy = module(x)
+    assert torch.allclose(after_step, F.linear(x, stepped, module.bias), atol=1e-5)
+    assert torch.allclose(after_copy, F.linear(x, module.weight, module.bias), atol=1e-5)
+    assert not torch.allclose(after_copy, after_step, atol=1e-2)
+    module.weight = torch.nn.Parameter(torch.randn(40, 48))  # replaced
+    with torch.no_grad(), packed_passes():
+        assert torch.allclose(module(x), F.linear(x, module.weight, module.bias), atol=1e-5)
+
+
+def test_gradients_flow_inside_the_block() -> None:
+    module = layer()
+    x = torch.randn(3, 48)
+    with packed_passes():
+        module(x).sum().backward()
+    assert module.weight.grad is not None and torch.allclose(module.weight.grad, x.sum(0).expand(40, 48))
+
+
+def test_the_block_is_per_thread() -> None:
+    module = layer()
+    seen: list[Any] = []
+
+    def other() -> None:  # not inside this thread's block
+        with torch.no_grad():
+            module(torch.randn(2, 48))
+        seen.append(module._arft_packed)
+
+    with torch.no_grad(), packed_passes():
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+    assert seen == [None]
+
+
+async def test_engine_with_packed_linears_matches_f_linear(tokenizer: Any) -> None:
+    torch.set_num_threads(1)
+    model = varied_model(tokenizer, seed=4)
+    other = copy.deepcopy(model)
+    packed = TransformersEngine(model, tokenizer, max_batch_size=4)
+    plain = TransformersEngine(other, tokenizer, max_batch_size=4, packed_linears=False)
+    try:
+        prompt = list(range(300, 340))
+        params = [sampling(temperature=0.0, max_new_tokens=8), sampling(temperature=1.0, max_new_tokens=8, seed=3)]
+        for p in params:
+            got, want = await packed.generate(prompt, p), await plain.generate(prompt, p)
+            assert got.token_ids == want.token_ids
+            assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+        assert all(m._arft_packed is not None for m in model.modules() if type(m) is torch.nn.Linear)
+        assert not any(hasattr(m, "_arft_packed") for m in other.modules())
+    finally:
+        await packed.aclose()
+        await plain.aclose()
