@@ -22,7 +22,7 @@ Goals (issue 4): arft >= +30 points over its baseline, and arft reaching its fin
 
     python bench/learn_demo.py [--steps 10] [--skip-arft | --arft-result PATH] [--skip-trl]
                                [--budget-s S] [--trl-max-completion 96] [--trl-eval-format qwen]
-                               [--trl-micro-batch 8] [--trl-eval every|arft]
+                               [--trl-micro-batch 8] [--trl-eval every|arft] [--set S.F=V]
 
 TRL's budget defaults to arft's whole wall time; the 0.5x goal can only be judged when TRL gets at
 least twice arft's training time (e.g. ``--budget-s 900``), since a TRL run that stops before
@@ -46,7 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from arft.pyfile import load_file  # noqa: E402
+
 JOB = ROOT / "examples" / "calculator" / "job.yaml"
+CASE_STUDY = load_file(ROOT / "bench" / "case_study.py", "case_study")
 OUT = ROOT / "bench" / "out"
 GOAL_POINTS = 30.0
 GOAL_RATIO = 0.5
@@ -285,6 +288,9 @@ def main() -> None:
     ap.add_argument("--trl-eval", choices=["every", "arft"], default="every",
                     help="TRL checkpoints to evaluate: every step (default; its time to a reward is then "
                          "exact to the step) or only those at arft's eval times and the last")
+    ap.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
+                    help="run with this job setting (repeatable; both sides read the job), e.g. "
+                         "training.warmup_steps=0")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
@@ -293,6 +299,8 @@ def main() -> None:
     if args.arft_eval_every is not None and args.arft_eval_every < 1:
         ap.error(f"--arft-eval-every {args.arft_eval_every}: evaluate every N >= 1 steps")
     job = load_job(JOB)
+    for setting in args.set or ():
+        job = CASE_STUDY.with_setting(job, setting)
     if args.steps is not None:
         job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": args.steps})})
     if args.arft_eval_every is not None:

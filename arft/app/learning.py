@@ -15,6 +15,7 @@ from typing import Any
 from arft.app.run import Run
 from arft.config import JobSpec
 from arft.engines.base import TokenEngine
+from arft.engines.factory import transformers_options
 from arft.engines.transformers_engine import TransformersEngine
 from arft.metrics.sinks import JsonlSink, MetricSink
 from arft.metrics.summary import EvalSummary, flat_metrics, summarize
@@ -191,8 +192,7 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int 
         from arft.engines.vllm_engine import VLLMEngine
 
         return policy, VLLMEngine.from_job(job, run_dir or Path("."), tokenizer, on_status), tokenizer
-    options = {"max_batch_size": max_batch_size or job.engine.max_batch_size,
-               "prefix_cache_mb": job.engine.prefix_cache_mb}
+    options = transformers_options(job.engine, max_batch_size)
     if job.training.max_off_policy_steps > 0:  # the next step samples while this one updates
         from arft.engines.snapshot import SnapshotEngine
 

@@ -18,6 +18,7 @@ from arft.app.learning import Hooks
 from arft.app.sft import SftOptions, SftResult, sft
 from arft.config import JobSpec
 from arft.data.splits import load_split
+from arft.engines.factory import transformers_options
 from arft.engines.transformers_engine import TransformersEngine
 from arft.graders.base import Grader
 from arft.tracing.run_dir import RunDir
@@ -55,7 +56,7 @@ async def expert_iteration(job: JobSpec, run_dir: RunDir | Path, plan: WarmStart
     hooks.status(f"warm start: {plan.samples} samples of {len(tasks)} training tasks")
     hooks.phase("warm start: sampling", len(tasks) * plan.samples)
     engine = None if model is None else TransformersEngine(
-        model, tokenizer, max_batch_size=max_batch_size or 32, prefix_cache_mb=job.engine.prefix_cache_mb)
+        model, tokenizer, **transformers_options(job.engine, max_batch_size or 32))
     samples = await evaluate(job, tasks, plan.samples, root / "samples", engine=engine, grader=grader,
                              split="train", on_status=hooks.status, on_done=hooks.rollout_done)
     if engine is not None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from arft.config import JobSpec
+from arft.config import EngineSpec, JobSpec
 from arft.engines.base import ChatEngine, TokenEngine
 
 
@@ -24,3 +24,10 @@ def build_engine(job: JobSpec, run_dir: Path | None = None,
     from arft.engines.transformers_engine import TransformersEngine
 
     return TransformersEngine.from_spec(job.model_ref, job.engine)
+
+
+def transformers_options(spec: EngineSpec, max_batch_size: int | None = None) -> dict[str, Any]:
+    """The ``TransformersEngine`` keywords the job's engine section sets (``max_batch_size``
+    overrides the spec's)."""
+    return {"max_batch_size": max_batch_size or spec.max_batch_size, "prefix_cache_mb": spec.prefix_cache_mb,
+            "packed_linears": spec.packed_linears}

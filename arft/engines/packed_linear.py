@@ -7,10 +7,10 @@ default CPU matmul (``F.linear``) reaches about half of what the CPU can do; one
 the 49k-vocabulary LM head 30 -> 15 ms and the MLP projections 0.72 -> 0.45 ms. For large row
 counts (a long prefill, the trainer's passes) the two are even, so those keep ``F.linear``.
 
-``enable(model)`` gives every plain ``nn.Linear`` of the model (peft's base layers and adapters
-included) a forward that takes the packed path only inside ``packed_passes()`` on the same thread,
-for inputs of at most ``MAX_ROWS`` rows that need no gradient; every other call (the trainer, a
-long prefill) is the module's own ``F.linear``. A packed weight is redone when its parameter is
+``enable(model)`` makes every plain ``nn.Linear`` of the model (peft's base layers and adapters
+included) a ``PackedLinear``, which takes the packed path only inside ``packed_passes()`` on the
+same thread, for inputs of at most ``MAX_ROWS`` rows that need no gradient; every other call (the
+trainer, a long prefill) is ``F.linear`` as before. A packed weight is redone when its parameter is
 written in place or replaced (the ``_version`` check the prefix store uses), so optimizer steps,
 ``load_state_dict`` and adapter merges are seen. The packed copies cost one more copy of the
 model's linear weights in memory. Results equal ``F.linear`` within float rounding (~1e-4 on
@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import types
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +34,12 @@ MAX_ROWS = 512
 ROWS_HINT = 32
 """The batch size the packed layout is tuned for (the engine's default decode batch)."""
 DTYPES = ("float32", "bfloat16")
-"""Tried in this order; bfloat16 only where the CPU runs oneDNN's bf16 path (``supports``)."""
+"""The weight dtypes packed; bfloat16 only where the CPU runs oneDNN's bf16 path (``supports``)."""
 
 _LOCAL = threading.local()
+_PACKS: "weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], torch.Tensor]]" = weakref.WeakKeyDictionary()
+"""Each layer's packed weight and the (parameter id, version) it was packed from. Kept outside
+the modules so that copying or pickling a model never meets oneDNN's opaque tensors."""
 
 
 def available() -> bool:
@@ -64,20 +67,20 @@ def supports(dtype: str) -> bool:
 
 
 def enable(model: Any) -> int:
-    """Give the model's CPU ``nn.Linear`` layers the packed path; returns how many have it (0
-    when oneDNN is missing, the model is not on the CPU or not in a dtype this CPU packs)."""
+    """Make the model's CPU ``nn.Linear`` layers ``PackedLinear`` (their class is swapped, as
+    ``torch.nn.utils.parametrize`` does; weights and state dicts are untouched); returns how
+    many have the packed path (0 when oneDNN is missing, the model is not on the CPU or not in a
+    dtype this CPU packs)."""
     import torch
 
+    packed_class = _packed_class()
     count = 0
     for module in model.modules():
-        if type(module) is not torch.nn.Linear or module.weight.device.type != "cpu":
+        if type(module) not in (torch.nn.Linear, packed_class) or module.weight.device.type != "cpu":
             continue
-        if not supports(str(module.weight.dtype).removeprefix("torch.")):
-            continue
-        if not hasattr(module, "_arft_packed"):
-            module._arft_packed = None
-            module.forward = types.MethodType(_packed_forward, module)
-        count += 1
+        if supports(str(module.weight.dtype).removeprefix("torch.")):
+            module.__class__ = packed_class
+            count += 1
     return count
 
 
@@ -92,7 +95,34 @@ def packed_passes() -> Iterator[None]:
         _LOCAL.on = before
 
 
-def _packed_forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
+def packed_weight(module: Any) -> "torch.Tensor | None":
+    """The packed copy of ``module``'s weight, if a packed pass made one."""
+    entry = _PACKS.get(module)
+    return None if entry is None else entry[1]
+
+
+@functools.cache
+def _packed_class() -> type:
+    import torch
+
+    class PackedLinear(torch.nn.Linear):
+        """``nn.Linear`` that takes the packed path inside ``packed_passes`` (module doc)."""
+
+        def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+            return _forward(self, x)
+
+    PackedLinear.__module__, PackedLinear.__qualname__ = __name__, "PackedLinear"
+    return PackedLinear
+
+
+def __getattr__(name: str) -> Any:
+    """``PackedLinear`` is made on first use (torch is imported lazily); pickles name it."""
+    if name == "PackedLinear":
+        return _packed_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
     import torch
     import torch.nn.functional as F
 
@@ -101,10 +131,10 @@ def _packed_forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor
             or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
         return F.linear(x, weight, self.bias)
     key = (id(weight), weight._version)
-    packed = self._arft_packed
-    if packed is None or packed[0] != key:
+    entry = _PACKS.get(self)
+    if entry is None or entry[0] != key:
         with torch.no_grad():
-            packed = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT))
-        self._arft_packed = packed
+            entry = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT))
+        _PACKS[self] = entry
     bias = None if self.bias is None else self.bias.detach()
-    return torch.ops.mkldnn._linear_pointwise(x, packed[1], bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x, entry[1], bias, "none", [], "")

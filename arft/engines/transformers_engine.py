@@ -75,9 +75,8 @@ class TransformersEngine:
     in: keep it in eval mode (``load_model`` does) so dropout does not change the policy.
     ``stats`` counts prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the
     prefix store reused. ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False``
-    reads a prefix every row shares once per row again, ``packed_linears=False`` keeps
-    ``F.linear`` in decode steps (``arft.engines.packed_linear``); both are for comparisons.
-    """
+    reads a prefix every row shares once per row again (for comparisons); ``packed_linears``:
+    see ``arft.engines.packed_linear`` and ``engine.packed_linears``."""
 
     supports_constraints = True
 
@@ -131,9 +130,10 @@ class TransformersEngine:
         if spec.type != "transformers":
             raise ValueError(f"engine.type is '{spec.type}': use the matching engine class, or set "
                              "engine.type: transformers")
+        from arft.engines.factory import transformers_options
+
         model, tokenizer = load_model(model_name, dtype=spec.dtype, device=spec.device)
-        return cls(model, tokenizer, max_batch_size=spec.max_batch_size,
-                   prefix_cache_mb=spec.prefix_cache_mb)
+        return cls(model, tokenizer, **transformers_options(spec))
 
     def clear_prefix_cache(self) -> None:
         """Forget every stored prefix (weight updates are detected; e.g. a peft adapter switch is not)."""

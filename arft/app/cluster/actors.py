@@ -111,13 +111,13 @@ class EngineReplica:
 
     @staticmethod
     def _transformers(job: JobSpec, model: Any, tokenizer: Any) -> Any:
+        from arft.engines.factory import transformers_options
         from arft.engines.transformers_engine import TransformersEngine
         from arft.trainer.learner import wrap_policy
 
         model, tokenizer = _load_model(job, model, tokenizer)
         policy = wrap_policy(model, job.training, job.seed).eval().requires_grad_(False)
-        return TransformersEngine(policy, tokenizer, max_batch_size=job.engine.max_batch_size,
-                                  prefix_cache_mb=job.engine.prefix_cache_mb)
+        return TransformersEngine(policy, tokenizer, **transformers_options(job.engine))
 
     @staticmethod
     def _vllm(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from arft.app.serve.chat import ServedModel
 from arft.config import EngineSpec
+from arft.engines.factory import transformers_options
 from arft.engines.transformers_engine import TransformersEngine
 from arft.models.chat import ChatFormat
 from arft.rollout.runner import constrained_tool_calls
@@ -99,7 +100,6 @@ def served(name: str, engine: Any, fmt: ChatFormat, max_tokens: int, constrain: 
 
 def _served(name: str, model: Any, tokenizer: Any, fmt: ChatFormat, spec: EngineSpec,
             max_tokens: int, constrain: bool | str | None) -> ServedModel:
-    engine = TransformersEngine(model, tokenizer, max_batch_size=spec.max_batch_size,
-                                prefix_cache_mb=spec.prefix_cache_mb)
+    engine = TransformersEngine(model, tokenizer, **transformers_options(spec))
     return served(name, engine, fmt, max_tokens, constrain)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 import threading
 from typing import Any
 
@@ -34,14 +35,14 @@ def test_packed_equals_f_linear(shape: tuple[int, ...], bias: bool) -> None:
     x = torch.randn(shape)
     with torch.no_grad(), packed_passes():
         got = module(x)
-    assert module._arft_packed is not None  # the packed path ran
+    assert packed_linear.packed_weight(module) is not None  # the packed path ran
     assert got.shape == (*shape[:-1], 40)
     assert torch.allclose(got, F.linear(x, module.weight, module.bias), atol=1e-5)
 
 
 def test_unsupported_dtypes_are_left_as_they_are() -> None:
     module = torch.nn.Linear(8, 8).to(torch.float16)
-    assert packed_linear.enable(module) == 0 and not hasattr(module, "_arft_packed")
+    assert packed_linear.enable(module) == 0 and type(module) is torch.nn.Linear
     assert packed_linear.supports("float32")
     assert not packed_linear.supports("float16")
 
@@ -54,7 +55,7 @@ def test_outside_the_block_and_for_large_inputs_it_is_f_linear_exactly() -> None
         big = torch.randn(MAX_ROWS + 1, 48)
         with packed_passes():
             assert torch.equal(module(big), F.linear(big, module.weight, module.bias))
-    assert module._arft_packed is None  # never packed
+    assert packed_linear.packed_weight(module) is None  # never packed
 
 
 def test_a_written_weight_is_packed_again() -> None:
@@ -76,6 +77,22 @@ def test_a_written_weight_is_packed_again() -> None:
         assert torch.allclose(module(x), F.linear(x, module.weight, module.bias), atol=1e-5)
 
 
+def test_a_packed_model_copies_pickles_and_saves_like_a_plain_one() -> None:
+    module = layer()
+    x = torch.randn(3, 48)
+    with torch.no_grad(), packed_passes():
+        want = module(x)
+    assert packed_linear.packed_weight(module) is not None
+    for twin in (copy.deepcopy(module), pickle.loads(pickle.dumps(module))):
+        assert type(twin) is type(module) and packed_linear.packed_weight(twin) is None
+        with torch.no_grad(), packed_passes():
+            assert torch.equal(twin(x), want)
+    assert set(module.state_dict()) == {"weight", "bias"}
+    plain = torch.nn.Linear(48, 40)
+    plain.load_state_dict(module.state_dict())
+    assert torch.allclose(plain(x), want, atol=1e-5)
+
+
 def test_gradients_flow_inside_the_block() -> None:
     module = layer()
     x = torch.randn(3, 48)
@@ -91,7 +108,7 @@ def test_the_block_is_per_thread() -> None:
     def other() -> None:  # not inside this thread's block
         with torch.no_grad():
             module(torch.randn(2, 48))
-        seen.append(module._arft_packed)
+        seen.append(packed_linear.packed_weight(module))
 
     with torch.no_grad(), packed_passes():
         thread = threading.Thread(target=other)
@@ -113,8 +130,9 @@ async def test_engine_with_packed_linears_matches_f_linear(tokenizer: Any) -> No
             got, want = await packed.generate(prompt, p), await plain.generate(prompt, p)
             assert got.token_ids == want.token_ids
             assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
-        assert all(m._arft_packed is not None for m in model.modules() if type(m) is torch.nn.Linear)
-        assert not any(hasattr(m, "_arft_packed") for m in other.modules())
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(packed_linear.packed_weight(m) is not None for m in linears)
+        assert not any(type(m).__name__ == "PackedLinear" for m in other.modules())
     finally:
         await packed.aclose()
         await plain.aclose()
