@@ -289,8 +289,8 @@ def main() -> None:
                     help="TRL checkpoints to evaluate: every step (default; its time to a reward is then "
                          "exact to the step) or only those at arft's eval times and the last")
     ap.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
-                    help="run with this job setting (repeatable; both sides read the job), e.g. "
-                         "training.warmup_steps=0")
+                    help="run with this job setting (repeatable), e.g. training.warmup_steps=0; TRL reads "
+                         "the job's learning rate, clip, KL, LoRA and sampling, not its warmup (it has none)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
@@ -309,7 +309,7 @@ def main() -> None:
             "reinforcement": job.rl.model_copy(update={"hyperparameters": hp})})})
     out = args.out or OUT / f"learn_demo-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"job": str(JOB), "steps": job.training.max_steps}
+    result: dict[str, Any] = {"job": str(JOB), "steps": job.training.max_steps, "settings": args.set or []}
     arft = None
     if args.arft_result is not None:
         arft = json.loads(args.arft_result.read_text())["arft"]

@@ -56,7 +56,7 @@ async def expert_iteration(job: JobSpec, run_dir: RunDir | Path, plan: WarmStart
     hooks.status(f"warm start: {plan.samples} samples of {len(tasks)} training tasks")
     hooks.phase("warm start: sampling", len(tasks) * plan.samples)
     engine = None if model is None else TransformersEngine(
-        model, tokenizer, **transformers_options(job.engine, max_batch_size or 32))
+        model, tokenizer, **transformers_options(job.engine, max_batch_size))
     samples = await evaluate(job, tasks, plan.samples, root / "samples", engine=engine, grader=grader,
                              split="train", on_status=hooks.status, on_done=hooks.rollout_done)
     if engine is not None:

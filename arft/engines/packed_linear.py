@@ -10,11 +10,13 @@ counts (a long prefill, the trainer's passes) the two are even, so those keep ``
 ``enable(model)`` makes every plain ``nn.Linear`` of the model (peft's base layers and adapters
 included) a ``PackedLinear``, which takes the packed path only inside ``packed_passes()`` on the
 same thread, for inputs of at most ``MAX_ROWS`` rows that need no gradient; every other call (the
-trainer, a long prefill) is ``F.linear`` as before. A packed weight is redone when its parameter is
-written in place or replaced (the ``_version`` check the prefix store uses), so optimizer steps,
-``load_state_dict`` and adapter merges are seen. The packed copies cost one more copy of the
-model's linear weights in memory. Results equal ``F.linear`` within float rounding (~1e-4 on
-logits), so the engine's cached and uncached paths, which both run packed, still agree.
+trainer, a long prefill) is ``F.linear`` as before. A packed weight is redone when its parameter
+changes as ``prefix_cache.param_state`` sees it (optimizer steps, ``load_state_dict``, ``copy_``, a
+replaced parameter or ``.data``, a cast). In-place writes into ``.data`` (peft's adapter merge) are
+not seen: whoever writes weights that way calls ``forget`` (``TransformersEngine.write_weights``
+and ``clear_prefix_cache`` do). The packs cost one more copy of the model's linear weights in
+memory until ``forget`` (closing the engine calls it). Results equal ``F.linear`` within float
+rounding (~1e-4 on logits), as a change of batch shape does.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import threading
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+from arft.engines.prefix_cache import param_state
 
 if TYPE_CHECKING:
     import torch
@@ -37,9 +41,10 @@ DTYPES = ("float32", "bfloat16")
 """The weight dtypes packed; bfloat16 only where the CPU runs oneDNN's bf16 path (``supports``)."""
 
 _LOCAL = threading.local()
-_PACKS: "weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], torch.Tensor]]" = weakref.WeakKeyDictionary()
-"""Each layer's packed weight and the (parameter id, version) it was packed from. Kept outside
-the modules so that copying or pickling a model never meets oneDNN's opaque tensors."""
+_PACKS: "weakref.WeakKeyDictionary[Any, tuple[Any, tuple[Any, ...], torch.Tensor]]" = weakref.WeakKeyDictionary()
+"""Each layer's packed weight, with a weak reference to the parameter it was packed from and that
+parameter's ``param_state`` then. Kept outside the modules so that copying or pickling a model
+never meets oneDNN's opaque tensors."""
 
 
 def available() -> bool:
@@ -98,7 +103,14 @@ def packed_passes() -> Iterator[None]:
 def packed_weight(module: Any) -> "torch.Tensor | None":
     """The packed copy of ``module``'s weight, if a packed pass made one."""
     entry = _PACKS.get(module)
-    return None if entry is None else entry[1]
+    return None if entry is None else entry[2]
+
+
+def forget(model: Any) -> None:
+    """Drop the packs of ``model``'s layers (weights written where ``param_state`` cannot see it,
+    or memory to free); the next packed pass packs again."""
+    for module in model.modules():
+        _PACKS.pop(module, None)
 
 
 @functools.cache
@@ -126,15 +138,14 @@ def _forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
     import torch
     import torch.nn.functional as F
 
-    weight = self.weight
-    if (not getattr(_LOCAL, "on", False) or x.dtype != weight.dtype or x.numel() > MAX_ROWS * x.shape[-1]
-            or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
-        return F.linear(x, weight, self.bias)
-    key = (id(weight), weight._version)
+    weight, bias = self.weight, self.bias
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+    if (grad or not getattr(_LOCAL, "on", False) or x.dtype != weight.dtype or x.numel() > MAX_ROWS * x.shape[-1]
+            or weight.device.type != "cpu" or not supports(str(weight.dtype).removeprefix("torch."))):
+        return F.linear(x, weight, bias)
+    state = param_state(weight)
     entry = _PACKS.get(self)
-    if entry is None or entry[0] != key:
-        with torch.no_grad():
-            entry = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT))
-        _PACKS[self] = entry
-    bias = None if self.bias is None else self.bias.detach()
-    return torch.ops.mkldnn._linear_pointwise(x, entry[1], bias, "none", [], "")
+    if entry is None or entry[0]() is not weight or entry[1] != state:
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
+        entry = _PACKS[self] = (weakref.ref(weight), state, packed)
+    return torch.ops.mkldnn._linear_pointwise(x, entry[2], None if bias is None else bias.detach(), "none", [], "")

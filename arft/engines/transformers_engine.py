@@ -1,8 +1,8 @@
 """The trainable engine: a Hugging Face causal LM served with continuous batching.
 
 Many rollouts call ``await engine.generate(prompt_ids, params)`` at once. Each call puts a request
-in an inbox; a background batcher task runs the decode loop in a worker thread
-(``asyncio.to_thread``) so the event loop keeps running the tools of other rollouts meanwhile.
+in an inbox; a background batcher task runs the decode loop in a worker thread (``to_thread``)
+so the event loop keeps running the tools of other rollouts meanwhile.
 
 The decode loop keeps one left-padded batch with its KV cache. Before every decode step it admits
 waiting requests (up to ``max_batch_size`` rows): they are prefilled together and their cache is
@@ -31,13 +31,11 @@ once, and a prefix common to all prompts of an admission (a system prompt, worke
 run once before them (``arft.engines.prefill``). The store is cleared whenever a weight changes.
 Decode steps read that common prefix once for all rows (``arft.engines.cascade``, on the CPU),
 and run the linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``).
-
 Rows' decoding state and finish rules: ``arft.engines.decode_rows``; the KV cache: ``kv_batch``.
 
 The model is used as is (no copy): a trainer may update its weights in place between calls, or
-while requests run through ``write_weights``, which waits for the forward pass under way
-(``arft.engines.snapshot`` samples from its own copy of a policy that way).
-torch and transformers are imported lazily, inside the functions that need them.
+while requests run through ``write_weights``, which waits for the pass under way (``snapshot``
+samples from its own copy of a policy that way). torch and transformers are imported lazily.
 """
 
 from __future__ import annotations
@@ -52,6 +50,7 @@ from arft.engines import cascade, packed_linear
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.decode_rows import FinishRules, Request, Row, checked_prompt, generation, new_row
 from arft.engines.engine_stats import EngineStats
+from arft.engines.factory import transformers_options
 from arft.engines.grammar import ToolCallMasker
 from arft.engines.hf_model import eos_ids, forward_kwargs, torch_device
 from arft.engines.kv_batch import KVBatch, growing_layer
@@ -130,14 +129,13 @@ class TransformersEngine:
         if spec.type != "transformers":
             raise ValueError(f"engine.type is '{spec.type}': use the matching engine class, or set "
                              "engine.type: transformers")
-        from arft.engines.factory import transformers_options
-
         model, tokenizer = load_model(model_name, dtype=spec.dtype, device=spec.device)
         return cls(model, tokenizer, **transformers_options(spec))
 
     def clear_prefix_cache(self) -> None:
-        """Forget every stored prefix (weight updates are detected; e.g. a peft adapter switch is not)."""
+        """Forget stored prefixes and packed weights: call it after a peft adapter switch or merge."""
         self.prefix_cache.clear()
+        packed_linear.forget(self.model)
 
     def write_weights(self, write: Callable[[Any], None]) -> None:
         """Call ``write(model)`` between two forward passes (from any thread but the worker's; it
@@ -146,6 +144,7 @@ class TransformersEngine:
         try:
             with self._weights_lock:
                 write(self.model)
+                packed_linear.forget(self.model)
         finally:
             self._weights_free.set()
 
@@ -189,6 +188,7 @@ class TransformersEngine:
                 task.cancel()
         with self._lock:
             waiting, self._inbox = list(self._inbox), collections.deque()
+        packed_linear.forget(self.model)
         for request in waiting:
             self._deliver(request, EngineError("the transformers engine was closed before this "
                                                "request ran: create a new engine and retry"))

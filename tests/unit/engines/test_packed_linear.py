@@ -12,7 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from arft.config.sections import EngineSpec
 from arft.engines import packed_linear
+from arft.engines.factory import transformers_options
 from arft.engines.packed_linear import MAX_ROWS, packed_passes
 from arft.engines.transformers_engine import TransformersEngine
 from tests.specs import sampling
@@ -58,23 +60,64 @@ def test_outside_the_block_and_for_large_inputs_it_is_f_linear_exactly() -> None
     assert packed_linear.packed_weight(module) is None  # never packed
 
 
+def packed_out(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad(), packed_passes():
+        return module(x)
+
+
+def assert_follows(module: torch.nn.Linear, x: torch.Tensor) -> None:
+    """The packed result is that of the module's current weight and bias."""
+    assert torch.allclose(packed_out(module, x), F.linear(x, module.weight, module.bias), atol=1e-5)
+
+
 def test_a_written_weight_is_packed_again() -> None:
     module = layer()
     x = torch.randn(5, 48)
+    before = packed_out(module, x)  # packed from the first weight
     optimizer = torch.optim.SGD(module.parameters(), lr=0.5)
     module(torch.randn(8, 48)).square().sum().backward()  # grad path: plain F.linear
     optimizer.step()  # in place: the weight's version moves
-    stepped = module.weight.detach().clone()
-    with torch.no_grad(), packed_passes():
-        after_step = module(x)
+    assert not torch.allclose(packed_out(module, x), before, atol=1e-2)
+    assert_follows(module, x)
+    with torch.no_grad():
         module.weight.copy_(torch.randn(40, 48))  # load_state_dict writes like this
-        after_copy = module(x)
-    assert torch.allclose(after_step, F.linear(x, stepped, module.bias), atol=1e-5)
-    assert torch.allclose(after_copy, F.linear(x, module.weight, module.bias), atol=1e-5)
-    assert not torch.allclose(after_copy, after_step, atol=1e-2)
-    module.weight = torch.nn.Parameter(torch.randn(40, 48))  # replaced
+    assert_follows(module, x)
+    module.weight.data = torch.randn(40, 48)  # new .data: a new storage
+    assert_follows(module, x)
+
+
+def test_replaced_parameters_are_never_mistaken_for_the_packed_one() -> None:
+    # a replaced parameter may get the old one's id and version 0: the pack keeps a weak
+    # reference to the parameter it came from, not only its id
+    module = layer()
+    x = torch.randn(2, 48)
+    for _ in range(20):
+        packed_out(module, x)
+        module.weight = torch.nn.Parameter(torch.randn(40, 48))
+        module.weight = torch.nn.Parameter(torch.randn(40, 48))
+        assert_follows(module, x)
+
+
+def test_writes_into_data_need_forget_and_a_cast_falls_back() -> None:
+    module = layer()
+    x = torch.randn(4, 48)
+    packed_out(module, x)
+    module.weight.data.add_(1.0)  # what peft's adapter merge does: no version change
+    packed_linear.forget(module)
+    assert packed_linear.packed_weight(module) is None
+    assert_follows(module, x)
+    module.half()  # a dtype this CPU does not pack: F.linear, not the float32 pack
     with torch.no_grad(), packed_passes():
-        assert torch.allclose(module(x), F.linear(x, module.weight, module.bias), atol=1e-5)
+        assert torch.equal(module(x.half()), F.linear(x.half(), module.weight, module.bias))
+
+
+def test_a_trainable_bias_keeps_its_gradient() -> None:
+    module = layer()
+    module.weight.requires_grad_(False)
+    x = torch.randn(3, 48)
+    with packed_passes():
+        module(x).sum().backward()
+    assert module.bias.grad is not None and torch.allclose(module.bias.grad, torch.full((40,), 3.0))
 
 
 def test_a_packed_model_copies_pickles_and_saves_like_a_plain_one() -> None:
@@ -121,8 +164,9 @@ async def test_engine_with_packed_linears_matches_f_linear(tokenizer: Any) -> No
     torch.set_num_threads(1)
     model = varied_model(tokenizer, seed=4)
     other = copy.deepcopy(model)
-    packed = TransformersEngine(model, tokenizer, max_batch_size=4)
-    plain = TransformersEngine(other, tokenizer, max_batch_size=4, packed_linears=False)
+    packed = TransformersEngine(model, tokenizer, **transformers_options(EngineSpec(max_batch_size=4)))
+    off = EngineSpec.model_validate({"max_batch_size": 4, "packed_linears": False})
+    plain = TransformersEngine(other, tokenizer, **transformers_options(off))
     try:
         prompt = list(range(300, 340))
         params = [sampling(temperature=0.0, max_new_tokens=8), sampling(temperature=1.0, max_new_tokens=8, seed=3)]
@@ -136,3 +180,4 @@ async def test_engine_with_packed_linears_matches_f_linear(tokenizer: Any) -> No
     finally:
         await packed.aclose()
         await plain.aclose()
+    assert not any(packed_linear.packed_weight(m) is not None for m in linears)  # closing frees them
