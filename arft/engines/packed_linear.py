@@ -13,10 +13,11 @@ same thread, for inputs of at most ``MAX_ROWS`` rows that need no gradient; ever
 trainer, a long prefill) is ``F.linear`` as before. A packed weight is redone when its parameter
 changes as ``prefix_cache.param_state`` sees it (optimizer steps, ``load_state_dict``, ``copy_``, a
 replaced parameter or ``.data``, a cast). In-place writes into ``.data`` (peft's adapter merge) are
-not seen: whoever writes weights that way calls ``forget`` (``TransformersEngine.write_weights``
-and ``clear_prefix_cache`` do). The packs cost one more copy of the model's linear weights in
-memory until ``forget`` (closing the engine calls it). Results equal ``F.linear`` within float
-rounding (~1e-4 on logits), as a change of batch shape does.
+not seen: whoever writes weights that way calls ``forget`` (``TransformersEngine``'s
+``clear_prefix_cache`` does; packing the whole embedded model again takes ~0.4 s). The packs cost
+one more copy of the model's linear weights in memory until ``forget`` (closing the engine calls
+it). Results equal ``F.linear`` within float rounding (~1e-4 on logits), as a change of batch
+shape does.
 """
 
 from __future__ import annotations

@@ -139,12 +139,12 @@ class TransformersEngine:
 
     def write_weights(self, write: Callable[[Any], None]) -> None:
         """Call ``write(model)`` between two forward passes (from any thread but the worker's; it
-        blocks until the pass under way ends). Rows go on with the new weights; the store is cleared."""
+        blocks until the pass under way ends). Rows go on with the new weights; the store and the
+        packs follow writes ``param_state`` sees (else call ``clear_prefix_cache``)."""
         self._weights_free.clear()
         try:
             with self._weights_lock:
                 write(self.model)
-                packed_linear.forget(self.model)
         finally:
             self._weights_free.set()
 
