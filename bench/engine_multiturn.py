@@ -123,12 +123,12 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
     """Median tok/s of each of ``systems`` over ``repeats`` alternating runs."""
     from arft.engines.transformers_engine import TransformersEngine
 
-    engines = {"engine": TransformersEngine(model, work.tokenizer, max_batch_size=32, prefix_cache_mb=0),
-               "engine+kv": TransformersEngine(model, work.tokenizer, max_batch_size=32),
-               "kv-no-cascade": TransformersEngine(model, work.tokenizer, max_batch_size=32,
-                                                   cascade_attention=False),
-               "kv-unpacked": TransformersEngine(model, work.tokenizer, max_batch_size=32, packed_linears=False)}
-    engines = {name: engine for name, engine in engines.items() if name in systems}
+    options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
+               "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False}}
+    # one model for every arm (same weights); the engines built first switch its attention and linear
+    # layers, which other callers (HF generate, an arm with a switch off) run as sdpa and F.linear
+    engines = {name: TransformersEngine(model, work.tokenizer, max_batch_size=32, **kw)
+               for name, kw in options.items() if name in systems}
     if "hf" in systems:
         THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
     for engine in engines.values():

@@ -1,5 +1,5 @@
-"""What ``TransformersEngine`` reads off a Hugging Face model: its device, its end-of-turn ids
-and the keywords its forward pass takes. torch is imported lazily."""
+"""What ``TransformersEngine`` reads off a Hugging Face model: its device, its end-of-turn ids,
+the keywords its forward pass takes and the state of its weights. torch is imported lazily."""
 
 from __future__ import annotations
 
@@ -34,3 +34,16 @@ def forward_kwargs(model: Any) -> tuple[str, dict[str, Any]]:
     """The cache keyword of this model's forward (renamed in transformers 5) and extra kwargs."""
     extra = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}  # prefill: last position only
     return cache_keyword(model), extra
+
+
+def param_state(p: Any) -> tuple[int, int, int, Any]:
+    """A parameter's identity, in-place version, storage address and dtype: changes when the
+    parameter is written in place through autograd (optimizer steps, ``load_state_dict``,
+    ``copy_``), replaced, given new ``.data`` or cast. Writes into ``.data`` in place (peft's
+    adapter merge, ``p.data.add_``) and fused optimizers do not move the version: clear by hand."""
+    return id(p), p._version, p.data_ptr(), p.dtype
+
+
+def weights_fingerprint(model: Any) -> tuple[tuple[int, int, int, Any], ...]:
+    """``param_state`` of every parameter (see its limits)."""
+    return tuple(param_state(p) for p in model.parameters())

@@ -11,7 +11,7 @@ counts (a long prefill, the trainer's passes) the two are even, so those keep ``
 included) a ``PackedLinear``, which takes the packed path only inside ``packed_passes()`` on the
 same thread, for inputs of at most ``MAX_ROWS`` rows that need no gradient; every other call (the
 trainer, a long prefill) is ``F.linear`` as before. A packed weight is redone when its parameter
-changes as ``prefix_cache.param_state`` sees it (optimizer steps, ``load_state_dict``, ``copy_``, a
+changes as ``hf_model.param_state`` sees it (optimizer steps, ``load_state_dict``, ``copy_``, a
 replaced parameter or ``.data``, a cast). In-place writes into ``.data`` (peft's adapter merge) are
 not seen: whoever writes weights that way calls ``forget`` (``TransformersEngine``'s
 ``clear_prefix_cache`` does; packing the whole embedded model again takes ~0.4 s). The packs cost
@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from arft.engines.prefix_cache import param_state
+from arft.engines.hf_model import param_state
 
 if TYPE_CHECKING:
     import torch
@@ -56,15 +56,15 @@ def available() -> bool:
 
 
 @functools.cache
-def supports(dtype: str) -> bool:
+def supports(dtype: "torch.dtype") -> bool:
     """Whether oneDNN packs and multiplies ``dtype`` weights on this CPU (bf16 needs AVX512 or
     AVX-NE-CONVERT; oneDNN says so by raising, which is caught here)."""
     import torch
 
-    if dtype not in DTYPES or not available():
+    if str(dtype).removeprefix("torch.") not in DTYPES or not available():
         return False
     try:
-        weight = torch.ones(8, 8, dtype=getattr(torch, dtype))
+        weight = torch.ones(8, 8, dtype=dtype)
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
         torch.ops.mkldnn._linear_pointwise(weight, packed, None, "none", [], "")
     except RuntimeError:
@@ -84,7 +84,7 @@ def enable(model: Any) -> int:
     for module in model.modules():
         if type(module) not in (torch.nn.Linear, packed_class) or module.weight.device.type != "cpu":
             continue
-        if supports(str(module.weight.dtype).removeprefix("torch.")):
+        if supports(module.weight.dtype):
             module.__class__ = packed_class
             count += 1
     return count
@@ -140,9 +140,11 @@ def _forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
     import torch.nn.functional as F
 
     weight, bias = self.weight, self.bias
+    if not getattr(_LOCAL, "on", False):  # the trainer, HF generate: nothing else is looked at
+        return F.linear(x, weight, bias)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    if (grad or not getattr(_LOCAL, "on", False) or x.dtype != weight.dtype or x.numel() > MAX_ROWS * x.shape[-1]
-            or weight.device.type != "cpu" or not supports(str(weight.dtype).removeprefix("torch."))):
+    if (grad or x.dtype != weight.dtype or x.numel() > MAX_ROWS * x.shape[-1] or weight.device.type != "cpu"
+            or not supports(weight.dtype)):
         return F.linear(x, weight, bias)
     state = param_state(weight)
     entry = _PACKS.get(self)

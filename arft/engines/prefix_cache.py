@@ -157,15 +157,3 @@ class PrefixCache:
             self._bytes -= oldest.nbytes
             self.stats.evicted += 1
 
-
-def param_state(p: Any) -> tuple[int, int, int, Any]:
-    """A parameter's identity, in-place version, storage address and dtype: changes when the
-    parameter is written in place through autograd (optimizer steps, ``load_state_dict``,
-    ``copy_``), replaced, given new ``.data`` or cast. Writes into ``.data`` in place (peft's
-    adapter merge, ``p.data.add_``) and fused optimizers do not move the version: clear by hand."""
-    return id(p), p._version, p.data_ptr(), p.dtype
-
-
-def weights_fingerprint(model: Any) -> tuple[tuple[int, int, int, Any], ...]:
-    """``param_state`` of every parameter (see its limits)."""
-    return tuple(param_state(p) for p in model.parameters())

@@ -52,10 +52,10 @@ from arft.engines.decode_rows import FinishRules, Request, Row, checked_prompt, 
 from arft.engines.engine_stats import EngineStats
 from arft.engines.factory import transformers_options
 from arft.engines.grammar import ToolCallMasker
-from arft.engines.hf_model import eos_ids, forward_kwargs, torch_device
+from arft.engines.hf_model import eos_ids, forward_kwargs, torch_device, weights_fingerprint
 from arft.engines.kv_batch import KVBatch, growing_layer
 from arft.engines.prefill import PrefillPlan, distinct, plan, shared_prefix
-from arft.engines.prefix_cache import MB, PrefixCache, weights_fingerprint
+from arft.engines.prefix_cache import MB, PrefixCache
 from arft.engines.sampling import sample_rows
 from arft.models.constraints import Grammar
 

@@ -45,8 +45,8 @@ def test_packed_equals_f_linear(shape: tuple[int, ...], bias: bool) -> None:
 def test_unsupported_dtypes_are_left_as_they_are() -> None:
     module = torch.nn.Linear(8, 8).to(torch.float16)
     assert packed_linear.enable(module) == 0 and type(module) is torch.nn.Linear
-    assert packed_linear.supports("float32")
-    assert not packed_linear.supports("float16")
+    assert packed_linear.supports(torch.float32)
+    assert not packed_linear.supports(torch.float16)
 
 
 def test_outside_the_block_and_for_large_inputs_it_is_f_linear_exactly() -> None:
