@@ -31,6 +31,8 @@ from arft.trainer.memory import release_memory
 
 EVAL_SEED_OFFSET = 7_919_000
 """Evaluations sample with the same seeds every time, so eval curves compare like with like."""
+EVAL_METRICS = "eval"
+"""An evaluation's metrics are named ``eval/...`` (rows at its step in the training run's metrics)."""
 
 @dataclass
 class TrainResult:
@@ -88,10 +90,10 @@ async def evaluate_step(s: Session, step: int) -> EvalSummary:
     store.create_run(eval_id, "eval", {"step": step})
     rollouts = await s.run.runner.run_many(s.val_tasks, k, run_id=eval_id, step=step,
                                            seed=job.seed + EVAL_SEED_OFFSET, on_done=on_done(s.hooks, "eval", step))
-    store.finish_run(eval_id, "completed")
     release_memory()
     summary = summarize(rollouts)
-    s.metrics(step, flat_metrics(summary, "eval"))
+    s.metrics(step, flat_metrics(summary, EVAL_METRICS))
+    store.finish_run(eval_id, "completed")  # last: a completed evaluation has all its metric rows
     s.result.evals[step] = summary
     s.hooks.eval_done(step, summary)
     return summary
@@ -107,20 +109,20 @@ def on_done(hooks: Hooks, point: str, step: int) -> Callable[[Rollout], None]:
     return done
 
 
-def _eval_runs(store: RunStore, run_id: str) -> list[tuple[str, int]]:
-    """(eval run id, step) of every evaluation ``run_id`` made, oldest first."""
+def _eval_runs(store: RunStore, run_id: str) -> list[tuple[str, int, bool]]:
+    """(eval run id, step, completed) of every evaluation ``run_id`` made, oldest first."""
     found = []
     for r in store.runs():
         step = (r.get("job") or {}).get("step")
         if r["kind"] == "eval" and r["run_id"].startswith(f"{run_id}:eval-") and step is not None:
-            found.append((r["run_id"], int(step)))
+            found.append((r["run_id"], int(step), r["status"] == "completed"))
     return found
 
 
 def stored_evals(store: RunStore, run_id: str, up_to: int) -> dict[int, EvalSummary]:
     """The evaluations a resumed run already made (the baseline among them), from its store."""
     evals: dict[int, EvalSummary] = {}
-    for eval_id, step in _eval_runs(store, run_id):
+    for eval_id, step, _ in _eval_runs(store, run_id):
         rollouts = store.rollouts(eval_id) if step <= up_to else []
         if rollouts:
             evals[step] = summarize(rollouts)
@@ -147,14 +149,20 @@ class Rewound:
 def rewind(run: Run, run_id: str, step: int) -> Rewound:
     """Drop everything ``run_id`` recorded after checkpoint ``step``, so the steps a resumed run
     re-runs are recorded once: its rollouts (with their grades and tool calls), metric rows and
-    evaluations after ``step`` (one store transaction), then metrics.jsonl's rows after ``step``
-    (rewritten atomically), checkpoint folders after ``step`` or half-written, and the
-    workspaces of rollouts the kill interrupted. Each part is idempotent: a kill during the
-    rewind is repaired by the next resume."""
+    evaluations after ``step``, and an evaluation of ``step`` that did not finish with its metric
+    rows (one store transaction), then metrics.jsonl's rows likewise (rewritten atomically),
+    checkpoint folders after ``step`` or half-written, and the workspaces of rollouts the kill
+    interrupted. Each part is idempotent: a kill during the rewind is repaired by the next resume.
+
+    A step's checkpoint is written before its evaluation (which runs beside the next step's
+    rollouts), so the kill may have cut that evaluation short: the resumed run runs it again."""
     rd = run.run_dir
-    later = [eval_id for eval_id, at in _eval_runs(run.store, run_id) if at > step]
-    discarded = run.store.discard_after(run_id, step, later)
-    lines = JsonlSink(rd.metrics).discard_after(step)
+    evals = _eval_runs(run.store, run_id)
+    cut_short = [eval_id for eval_id, at, completed in evals if at == step and not completed]
+    later = [eval_id for eval_id, at, _ in evals if at > step] + cut_short
+    its_rows = f"{EVAL_METRICS}/" if cut_short else ""
+    discarded = run.store.discard_after(run_id, step, later, metrics_at_step=its_rows)
+    lines = JsonlSink(rd.metrics).discard_after(step, rows_at_step=its_rows)
     checkpoints = discard_checkpoints_after(rd.path, step)
     workspaces = sorted(rd.workspaces.iterdir()) if rd.workspaces.is_dir() else []
     for w in workspaces:  # nothing runs in this run directory before the resumed run starts
@@ -164,7 +172,7 @@ def rewind(run: Run, run_id: str, step: int) -> Rewound:
 
 def resume(s: Session, checkpoint: Path) -> Cursor:
     """Continue ``s`` from ``checkpoint``: weights, optimizer and RNG states back, the interrupted
-    process's later records dropped (``rewind``), the evaluations made up to it kept. Returns
+    process's later records dropped (``rewind``), the evaluations made before it kept. Returns
     the cursor to continue from."""
     cursor, _ = load_checkpoint(checkpoint, s.learner)
     rewound = rewind(s.run, s.run_id, cursor.step)
@@ -179,10 +187,11 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int 
                   run_dir: Path | None = None, on_status: Callable[[str], None] = lambda s: None
                   ) -> tuple[Any, TokenEngine, Any]:
     """(policy, an engine sampling from it, tokenizer): the model the job names, or the one given.
-    With ``engine.type: vllm`` the engine is a vLLM server (its log in ``run_dir``), and with
-    ``training.max_off_policy_steps`` above 0 a transformers engine over its own copy of the
-    policy (``SnapshotEngine``): ``sync_engine`` keeps either on the policy's weights. Otherwise
-    the engine samples from the policy itself."""
+    With ``engine.type: vllm`` the engine is a vLLM server (its log in ``run_dir``). A
+    transformers engine samples from its own copy of the policy (``SnapshotEngine``) with
+    ``training.max_off_policy_steps`` above 0, or when it merges LoRA into the weights
+    (``engine.lora``); ``sync_engine`` keeps either on the policy's weights. Otherwise the
+    engine samples from the policy itself."""
     if model is None:
         dtype = "float32" if job.training.finetune == "full" else job.engine.dtype
         model, tokenizer = load_model(job.model_ref, dtype=dtype, device=job.engine.device)
@@ -192,17 +201,18 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int 
         from arft.engines.vllm_engine import VLLMEngine
 
         return policy, VLLMEngine.from_job(job, run_dir or Path("."), tokenizer, on_status), tokenizer
-    options = transformers_options(job.engine, max_batch_size)
-    if job.training.max_off_policy_steps > 0:  # the next step samples while this one updates
-        from arft.engines.snapshot import SnapshotEngine
+    from arft.engines.snapshot import SnapshotEngine, merges_lora
 
+    options = transformers_options(job.engine, max_batch_size)
+    merge = merges_lora(job.engine.lora, policy)
+    if job.training.max_off_policy_steps > 0:  # the next step samples while this one updates
         if str(policy.device).startswith("cpu"):
             on_status("async rollouts on a CPU: generation and the update share its cores, so they "
                       "overlap little (bench/demo_vllm.py: 1.23x slower on 2 cores); they pay where "
                       "generation has its own device or tools are slow")
-
-        return policy, SnapshotEngine.of(policy, tokenizer, **options), tokenizer
-    return policy, TransformersEngine(policy, tokenizer, **options), tokenizer
+    elif not merge:
+        return policy, TransformersEngine(policy, tokenizer, **options), tokenizer
+    return policy, SnapshotEngine.of(policy, tokenizer, merge_lora=merge, **options), tokenizer
 
 
 async def sync_engine(s: Session, step: int) -> dict[str, float]:

@@ -2,15 +2,17 @@
 
 Each step: take the next ``batch_size`` tasks, run ``group_size`` rollouts of each with the
 current weights (the engine shares the policy in-process, so it always samples from the newest
-weights), grade, turn rewards into group-relative advantages, update, record metrics; evaluate
-on the validation set before step 0 and every ``eval_interval`` steps; checkpoint every
-``checkpoint_every`` steps and at the end. The maths lives in ``arft.trainer`` (advantages,
+weights), grade, turn rewards into group-relative advantages, update, record metrics; checkpoint every
+``checkpoint_every`` steps and at the end; evaluate on the validation set before step 0, every
+``eval_interval`` steps and at the end. An evaluation runs beside the next step's rollouts (both
+sample from the same weights, so they share the engine's batches), and the next update waits for
+it. The maths lives in ``arft.trainer`` (advantages,
 batching, loss, learner), which sees only token ids, masks, old logprobs and advantages; the run's
 engine, tools, grader and store come from ``open_run``.
 
 With ``training.max_off_policy_steps`` above 0 the rollouts run ahead (``arft.app.ahead``): the
 batch of step N+1 is generated, from the engine's own copy of the weights, while step N updates
-in a worker thread; each update syncs that copy. Evaluations and checkpoints still follow
+in a worker thread; each update syncs that copy. Checkpoints and evaluations still follow
 their step's update, so an evaluation at step N measures the weights of step N.
 
 Resuming (``resume=True``) continues from the latest checkpoint after dropping what the
@@ -25,7 +27,8 @@ import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.learning import (EVAL_SEED_OFFSET, Hooks, Session, TrainResult, apply_init_from,
@@ -39,6 +42,7 @@ from arft.graders.base import Grader
 from arft.metrics.sinks import close_sinks, open_sinks
 from arft.metrics.summary import flat_metrics, summarize
 from arft.records import Rollout, Task
+from arft.together import together
 from arft.tracing.run_dir import RunDir
 from arft.trainer.advantages import GroupAdvantages, group_advantages
 from arft.trainer.batching import to_train_batch
@@ -47,6 +51,8 @@ from arft.trainer.learner import Learner, base_learning_rate
 from arft.trainer.memory import release_memory
 
 __all__ = ["EVAL_SEED_OFFSET", "Hooks", "TRAIN_RUN_ID", "TrainResult", "train"]
+
+_T = TypeVar("_T")
 
 TRAIN_RUN_ID = "train"
 """The run id of a training run in its store (its evaluations are ``train:eval-NNNNNN``)."""
@@ -255,36 +261,54 @@ async def _session(t: Session, plan: _Plan, checkpoint: Path | None) -> None:
 
 async def _loop(t: Session, plan: _Plan, cursor: Cursor, new_run: bool) -> None:
     await sync_engine(t, cursor.step)  # a resumed or warm-started policy is not the base
-    if new_run and plan.val_tasks:
-        await evaluate_step(t, 0)
+    due = _eval_due(t, plan, cursor.step)  # the baseline, or a resumed checkpoint's (rewind dropped it)
     bound = t.run.job.training.max_off_policy_steps
     if bound == 0:
         while cursor.step < plan.total_steps:
-            t0 = time.perf_counter()
-            generated = await _generate(t, plan, cursor, cursor.step)
-            cursor = await _learn(t, plan, generated, time.perf_counter() - t0)
-            await _after_step(t, plan, cursor)
-        return
-    ahead = Ahead(lambda c, version: _generate(t, plan, c, version), cursor, cursor.step,
-                  plan.total_steps, bound, lambda c: c.step)
-    async with ahead:
-        while cursor.step < plan.total_steps:
-            t0 = time.perf_counter()
-            generated = await ahead.next()
-            cursor = await _learn(t, plan, generated, time.perf_counter() - t0)
-            await ahead.advanced(cursor.step)
-            await _after_step(t, plan, cursor)
+            generated = await _beside_eval(t, due, _generate(t, plan, cursor, cursor.step))
+            cursor = await _learn(t, plan, generated, generated.seconds)
+            due = _after_step(t, plan, cursor)
+    else:
+        ahead = Ahead(lambda c, version: _generate(t, plan, c, version), cursor, cursor.step,
+                      plan.total_steps, bound, lambda c: c.step)
+        async with ahead:  # an evaluation runs while the next batches generate
+            while cursor.step < plan.total_steps:
+                await _beside_eval(t, due, None)
+                t0 = time.perf_counter()
+                generated = await ahead.next()
+                cursor = await _learn(t, plan, generated, time.perf_counter() - t0)
+                await ahead.advanced(cursor.step)
+                due = _after_step(t, plan, cursor)
+    await _beside_eval(t, due, None)  # the last step's: nothing left to run beside it
 
 
-async def _after_step(t: Session, plan: _Plan, cursor: Cursor) -> None:
-    """The evaluation and the checkpoint due after ``cursor``'s step."""
+def _eval_due(t: Session, plan: _Plan, step: int) -> int | None:
+    """``step`` if the validation set is due for evaluation after it (before the first step,
+    every ``eval_interval`` steps and after the last) and not evaluated yet; else None."""
     interval = t.run.job.rl.hyperparameters.resolved("eval_interval")
+    due = bool(plan.val_tasks) and (step % interval == 0 or step == plan.total_steps)
+    return step if due and step not in t.result.evals else None
+
+
+async def _beside_eval(t: Session, due: int | None, work: Awaitable[_T] | None) -> _T | None:
+    """``work`` (the next step's generation), with the evaluation of step ``due`` running beside
+    it: both sample from the same weights, so their rollouts fill the engine's batches together
+    (an evaluation's last long rollouts no longer decode alone). Both finish before this returns,
+    so the next update waits for the evaluation; an error in either cancels the other."""
+    jobs: list[Awaitable[Any]] = [] if due is None else [evaluate_step(t, due)]
+    results = await together(*jobs, *([] if work is None else [work]))
+    return results[-1] if work is not None else None
+
+
+def _after_step(t: Session, plan: _Plan, cursor: Cursor) -> int | None:
+    """Write the checkpoint due after ``cursor``'s step; returns the step if its evaluation is due.
+
+    The checkpoint comes first, so the evaluation can run beside the next step's rollouts; a run
+    killed before that evaluation finished runs it again when resumed (``rewind``)."""
     every = t.run.job.training.checkpoint_every
-    last = cursor.step == plan.total_steps
-    if plan.val_tasks and (cursor.step % interval == 0 or last):
-        await evaluate_step(t, cursor.step)
-    if cursor.step % every == 0 or last:
+    if cursor.step % every == 0 or cursor.step == plan.total_steps:
         step = cursor.step
         save_checkpoint(t.run.run_dir.path, cursor, t.learner, {"total_steps": plan.total_steps},
                         on_file=lambda name: t.hooks.point("checkpoint", step))
         t.hooks.status(f"checkpoint step {cursor.step}")
+    return _eval_due(t, plan, cursor.step)

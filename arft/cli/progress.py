@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn,
+                           TimeElapsedColumn)
 
 from arft.app.train import Hooks, TrainResult
 from arft.metrics.summary import EvalSummary
@@ -14,15 +15,15 @@ from arft.report.summary import summary_line
 
 
 class RolloutProgress:
-    """Spinner while loading, then a bar over rollouts with a running mean reward."""
+    """Spinner while loading, then a bar over rollouts with a running mean reward; ``add`` puts
+    more bars beside it (``arft train`` runs an evaluation beside a step's rollouts)."""
 
-    def __init__(self, console: Console, total: int) -> None:
+    def __init__(self, console: Console, total: int | None = None) -> None:
         self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                   MofNCompleteColumn(), TimeElapsedColumn(),
                                   TextColumn("{task.fields[extra]}"), console=console, transient=False)
-        self._task = self._progress.add_task("starting", total=total, extra="")
-        self._rewards: list[float] = []
-        self._failed = 0
+        self._tallies: dict[TaskID, _Tally] = {}
+        self._task = self.add("starting", total) if total is not None else None
 
     def __enter__(self) -> "RolloutProgress":
         self._progress.start()
@@ -31,37 +32,68 @@ class RolloutProgress:
     def __exit__(self, *exc: Any) -> None:
         self._progress.stop()
 
-    def status(self, text: str) -> None:
-        self._progress.update(self._task, description=text)
+    def add(self, description: str, total: int) -> TaskID:
+        """A new bar below the others; ``status`` and ``done`` take it as ``bar``."""
+        bar = self._progress.add_task(description, total=total, extra="")
+        self._tallies[bar] = _Tally()
+        return bar
 
-    def done(self, rollout: Rollout) -> None:
+    def status(self, text: str, bar: TaskID | None = None) -> None:
+        self._progress.update(self._bar(bar), description=text)
+
+    def done(self, rollout: Rollout, bar: TaskID | None = None) -> None:
+        bar = self._bar(bar)
+        extra = self._tallies[bar].add(rollout)
+        self._progress.update(bar, advance=1, extra=extra)
+
+    def finish(self, bar: TaskID) -> None:
+        """Print ``bar`` as it ended, above the bars still running, and take it off them."""
+        task = next(t for t in self._progress.tasks if t.id == bar)
+        self._progress.console.print(self._progress.make_tasks_table([task]))
+        self._progress.remove_task(bar)
+        del self._tallies[bar]
+
+    def _bar(self, bar: TaskID | None) -> TaskID:
+        if bar is not None:
+            return bar
+        if self._task is None:
+            raise ValueError("this progress display was made without a bar of its own: pass the bar "
+                             "that add() returned")
+        return self._task
+
+
+class _Tally:
+    """One bar's rewards and infrastructure failures, as the text beside it."""
+
+    def __init__(self) -> None:
+        self._rewards: list[float] = []
+        self._failed = 0
+
+    def add(self, rollout: Rollout) -> str:
         if rollout.reward is not None:
             self._rewards.append(rollout.reward)
         if rollout.status == "infra_failed":
             self._failed += 1
         mean = sum(self._rewards) / len(self._rewards) if self._rewards else float("nan")
-        extra = f"reward {mean:.3f}" + (f"  infra-failed {self._failed}" if self._failed else "")
-        self._progress.update(self._task, advance=1, extra=extra)
+        return f"reward {mean:.3f}" + (f"  infra-failed {self._failed}" if self._failed else "")
 
 
 class TrainDisplay:
-    """Live progress for `arft train`: a bar per phase and one summary line per step."""
+    """Live progress for `arft train`: a bar per running phase (a step's rollouts, an evaluation
+    beside them) and one summary line per step and per evaluation."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self._bar: RolloutProgress | None = None
-        self._bar_name = ""
+        self._bars: RolloutProgress | None = None
+        self._phases: dict[tuple[str, int | str], TaskID] = {}
 
     def __enter__(self) -> "TrainDisplay":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._close()
-
-    def _close(self) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-            self._bar = None
+        if self._bars is not None:
+            self._bars.__exit__(None, None, None)
+            self._bars, self._phases = None, {}
 
     def hooks(self) -> Hooks:
         return Hooks(status=self._status, phase=self._phase, rollout_done=self._rollout,
@@ -71,32 +103,29 @@ class TrainDisplay:
         self.console.print(f"[dim]{text}[/]")
 
     def _phase(self, name: str, total: int) -> None:
-        self._close()
-        self._bar, self._bar_name = RolloutProgress(self.console, total).__enter__(), name
-        self._bar.status(name)
+        if self._bars is None:
+            self._bars = RolloutProgress(self.console).__enter__()
+        key = _phase_key(name)
+        self._finish(key)  # a step drawing more tasks (dynamic sampling) gets a new bar
+        self._phases[key] = self._bars.add(name, total)
 
-    def _close_phase(self, prefix: str) -> None:
-        """Close the bar if it is the phase that just ended; with async rollouts it may already
-        be the next step's generation, which goes on below the printed line."""
-        if self._bar_name.startswith(prefix):
-            self._close()
-
-    def _counts(self, rollout: Rollout) -> bool:
-        """Whether ``rollout`` belongs to the bar's phase (with async rollouts a step's generation
-        and an evaluation run at once; a bar counts its own rollouts only)."""
-        name, step = self._bar_name, rollout.step
-        if name.startswith("step "):
-            return ":eval-" not in rollout.run_id and name.startswith(f"step {step}/")
-        if name.startswith("eval @ step "):
-            return ":eval-" in rollout.run_id and name == f"eval @ step {step}"
-        return True
+    def _finish(self, key: tuple[str, int | str]) -> None:
+        bar = self._phases.pop(key, None)
+        if bar is not None and self._bars is not None:
+            self._bars.finish(bar)
 
     def _rollout(self, rollout: Rollout) -> None:
-        if self._bar is not None and self._counts(rollout):
-            self._bar.done(rollout)
+        """Count ``rollout`` on its phase's bar: an evaluation's or a step's, by its run id and
+        step; any other phase (a warm start's sampling) counts every rollout."""
+        key = ("eval" if ":eval-" in rollout.run_id else "step", rollout.step if rollout.step is not None else -1)
+        bar = self._phases.get(key)
+        if bar is None:
+            bar = next((b for (kind, _), b in self._phases.items() if kind == "other"), None)
+        if bar is not None and self._bars is not None:
+            self._bars.done(rollout, bar)
 
     def _step(self, step: int, m: dict[str, float]) -> None:
-        self._close_phase(f"step {step}/")
+        self._finish(("step", step))
         g = m.get
         if "sft/tokens" in m:
             self.console.print(
@@ -120,7 +149,7 @@ class TrainDisplay:
             f"t {g('time/rollouts_s', 0):.0f}+{g('time/update_s', 0):.0f}s")
 
     def _eval(self, step: int, summary: EvalSummary) -> None:
-        self._close_phase(f"eval @ step {step}")
+        self._finish(("eval", step))
         self.console.print(f"[bold]eval @ step {step}[/]  {summary_line(summary)}")
 
     def final(self, result: TrainResult) -> None:
@@ -137,3 +166,13 @@ class TrainDisplay:
         for k in keys:
             self.console.print(f"  {k:>4}                  {a.tool_calls.histogram.get(k, 0):6d} "
                                f"{b.tool_calls.histogram.get(k, 0):6d}")
+
+
+def _phase_key(name: str) -> tuple[str, int | str]:
+    """Which rollouts a phase counts: ``("step", N)`` for "step N/T...", ``("eval", N)`` for
+    "eval @ step N", ``("other", name)`` for anything else."""
+    for kind, head in (("step", "step "), ("eval", "eval @ step ")):
+        number = name[len(head):].split("/")[0].split(":")[0] if name.startswith(head) else ""
+        if number.isdigit():
+            return kind, int(number)
+    return "other", name

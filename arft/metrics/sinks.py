@@ -65,10 +65,12 @@ class JsonlSink:
     def close(self) -> None:
         """Every row is written and closed as it is logged."""
 
-    def discard_after(self, step: int) -> int:
-        """Drop the rows of steps after ``step``, and a last line that a kill left half-written,
-        by rewriting the file atomically (``write_durably``); returns how many lines went. A
-        resumed run calls this before it logs again. Lines that are not rows are kept as they are."""
+    def discard_after(self, step: int, rows_at_step: str = "") -> int:
+        """Drop the rows of steps after ``step`` (with ``rows_at_step``, also the step-``step``
+        rows whose every metric's name starts with it), and a last line that a kill left
+        half-written, by rewriting the file atomically (``write_durably``); returns how many
+        lines went. A resumed run calls this before it logs again. Lines that are not rows are
+        kept as they are."""
         if not self._path.exists():
             return 0
         lines = self._path.read_text().splitlines(keepends=True)
@@ -77,6 +79,8 @@ class JsonlSink:
             row_step = _row_step(line)
             if row_step is None and i == len(lines) - 1 and not line.endswith("\n"):
                 continue  # the row being appended when the process was killed
+            if row_step == step and rows_at_step and _only(line, rows_at_step):
+                continue
             if row_step is None or row_step <= step:
                 kept.append(line if line.endswith("\n") else line + "\n")
         if kept != lines:
@@ -92,6 +96,12 @@ def _row_step(line: str) -> int | None:
         return None
     step = row.get("step") if isinstance(row, dict) else None
     return step if isinstance(step, int) else None
+
+
+def _only(line: str, prefix: str) -> bool:
+    """Whether every metric of a whole metrics.jsonl row is named ``prefix...``."""
+    names = [name for name in json.loads(line) if name != "step"]
+    return bool(names) and all(name.startswith(prefix) for name in names)
 
 
 def _finite(values: dict[str, float]) -> dict[str, float]:

@@ -17,6 +17,7 @@ from arft.records import new_trace_id, Rollout, Task
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
 from arft.rollout.loop import RolloutLimits, run_rollout
 from arft.sandbox.workspace import create_workspace, remove_workspace
+from arft.together import together
 from arft.tools.registry import Toolbox
 from arft.tracing.store import RunStore
 
@@ -166,13 +167,4 @@ class RolloutRunner:
                 on_done(rollout)
             return rollout
 
-        # A TaskGroup, not gather: when one rollout raises, the others are cancelled instead of
-        # running on (and writing to a store the caller is about to close).
-        # The caller sees the first error itself, as with gather, not an ExceptionGroup.
-        try:
-            async with asyncio.TaskGroup() as group:
-                running = [group.create_task(one(i, t, k)) for i, t in enumerate(tasks)
-                           for k in range(samples)]
-        except BaseExceptionGroup as errors:
-            raise errors.exceptions[0] from None
-        return [task.result() for task in running]
+        return await together(*(one(i, t, k) for i, t in enumerate(tasks) for k in range(samples)))

@@ -369,15 +369,16 @@ class RunStore:
 
     # -- resume ----------------------------------------------------------------------------
 
-    def discard_after(self, run_id: str, step: int, runs: Sequence[str] = ()) -> Discarded:
+    def discard_after(self, run_id: str, step: int, runs: Sequence[str] = (), *,
+                      metrics_at_step: str = "") -> Discarded:
         """Forget what ``run_id`` recorded after ``step`` and the whole of each run in ``runs``.
 
-        Removes ``run_id``'s rollouts whose step is larger than ``step`` and its metric rows
-        likewise, every rollout and metric row of ``runs`` and those runs themselves, with the
-        tool calls and grades of every removed rollout; ``run_id`` is marked running again. One
-        transaction: a kill during it leaves the store as it was. A training run resumed from its
-        step-``step`` checkpoint calls this first, so the steps it re-runs are stored once rather
-        than beside what the interrupted process recorded of them.
+        Removes ``run_id``'s rollouts whose step is larger than ``step`` and its metric rows likewise
+        (and its step-``step`` metrics named ``metrics_at_step...``), every rollout and metric row
+        of ``runs`` and those runs themselves, with the tool calls and grades of every removed
+        rollout; ``run_id`` is marked running again. One transaction: a kill during it leaves the
+        store as it was. A training run resumed from its step-``step`` checkpoint calls this
+        first, so the steps it re-runs are stored once, not beside what the killed process stored.
         """
         if run_id in runs:
             raise ValueError(f"discard_after: {run_id!r} is the run being resumed; it cannot also be "
@@ -390,7 +391,9 @@ class RunStore:
             tool_calls = cur.execute(f"DELETE FROM tool_calls WHERE {traces}", params).rowcount
             grades = cur.execute(f"DELETE FROM grades WHERE {traces}", params).rowcount
             rollouts = cur.execute(f"DELETE FROM rollouts WHERE {where}", params).rowcount
-            metrics = cur.execute(f"DELETE FROM metrics WHERE {where}", params).rowcount
+            at_step = "(run_id = ? AND step = ? AND substr(name, 1, ?) = ?)"  # '' never matches a name
+            metrics = cur.execute(f"DELETE FROM metrics WHERE {where} OR {at_step}", (
+                *params, run_id, step, len(metrics_at_step) or 1, metrics_at_step)).rowcount
             removed = cur.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", tuple(runs)).rowcount
             cur.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?",
                         (run_id,))

@@ -1,4 +1,4 @@
-"""A training process SIGKILLed at named moments (generation, grading, the update, between the
+"""A training process SIGKILLed at named moments (mid evaluation, generation, grading, the update, between the
 metric sinks, mid checkpoint write) and resumed after each kill ends exactly where an uninterrupted
 seeded run ends: every step's rollouts, grades, metric rows and evaluations stored once (none
 lost, none duplicated, none half-written) and a bit-identical adapter.
@@ -29,9 +29,11 @@ from tests.integration.test_train import adapter, tiny, write_job
 from tests.training import LengthGrader
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLS = ["generation:3:4", "grading:3:2", "update:4", "metrics:4:1", "checkpoint:4:3"]
-"""Step 3's 4th of 6 rollouts stored; step 3's 2nd grade; step 4's update; step 4's metric row in the
-store but not yet in metrics.jsonl; the step-4 checkpoint's 3rd file (after the step-4 evaluation)."""
+KILLS = ["eval:2:2", "generation:3:4", "grading:3:2", "update:4", "metrics:4:1", "checkpoint:4:3"]
+"""The step-2 evaluation's 2nd of 4 rollouts stored (after the step-2 checkpoint: the evaluation runs
+beside step 3's rollouts, and the resumed run must run it again); step 3's 4th of 6 rollouts stored;
+step 3's 2nd grade; step 4's update; step 4's metric row in the store but not yet in metrics.jsonl;
+the step-4 checkpoint's 3rd file (before the step-4 evaluation)."""
 
 
 def kill_job(tmp: Path) -> Path:
@@ -77,6 +79,11 @@ def recorded(run_dir: Path) -> dict[str, Any]:
             "jsonl": [(row["step"], sorted(row)) for row in lines]}
 
 
+def eval_rollouts(run_dir: Path, step: int) -> int:
+    with RunStore(RunDir(run_dir).store) as store:
+        return sum(1 for r in store.rollouts(f"train:eval-{step:06d}"))
+
+
 def step_rollouts(run_dir: Path, step: int) -> int:
     with RunStore(RunDir(run_dir).store) as store:
         return sum(1 for r in store.rollouts("train") if r.step == step)
@@ -98,7 +105,9 @@ async def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path: Pat
         code = child(job_path, run, fault, resume=i > 0, log=log)
         assert code == -signal.SIGKILL, f"{fault}: exit {code}, not killed\n{log.read_text()[-3000:]}"
         assert RunDir(run).latest_checkpoint() == RunDir(run).checkpoints / "step-000002"
-        if i == 0:  # the killed process left part of step 3 behind: what the resume must drop
+        if fault == "eval:2:2":  # half an evaluation at the checkpoint's step: what the resume re-runs
+            assert eval_rollouts(run, 2) == 2
+        if fault == "generation:3:4":  # the killed process left part of step 3 behind: what the resume must drop
             assert step_rollouts(run, 3) == 4
     assert (RunDir(run).checkpoints / ".tmp-step-000004").is_dir()  # the last kill was mid-write
     assert child(job_path, run, "none", resume=True, log=log) == 0, log.read_text()[-3000:]

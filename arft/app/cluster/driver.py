@@ -30,6 +30,7 @@ from typing import Any
 from arft.app.cluster import actors
 from arft.config import JobSpec, RaySpec
 from arft.records import Rollout, Task, TrainBatch
+from arft.together import together
 from arft.tracing.run_dir import RunDir
 from arft.tracing.store import RunStore
 
@@ -64,12 +65,7 @@ class ClusterRunner:
                 on_done(rollout)
             return rollout
 
-        try:
-            async with asyncio.TaskGroup() as group:
-                running = [group.create_task(one(i, t, k)) for i, t in enumerate(tasks) for k in range(samples)]
-        except BaseExceptionGroup as errors:
-            raise errors.exceptions[0] from None
-        return [r.result() for r in running]
+        return await together(*(one(i, t, k) for i, t in enumerate(tasks) for k in range(samples)))
 
     async def _run_somewhere(self, task: Task, k: int, run_id: str, step: int | None,
                              seed: int | None) -> Rollout:

@@ -132,11 +132,12 @@ async def test_a_short_training_run(tmp_path: Path, tokenizer: Any) -> None:
 
     torch.set_num_threads(1)
     job = load_job(write_job(tmp_path))
-    seen: dict[str, list[Any]] = {"steps": [], "evals": [], "rollouts": [], "phases": []}
+    seen: dict[str, list[Any]] = {"steps": [], "evals": [], "rollouts": [], "phases": [], "points": []}
     hooks = Hooks(step_done=lambda s, m: seen["steps"].append((s, dict(m))),
                   eval_done=lambda s, summary: seen["evals"].append((s, summary.n_rollouts)),
                   rollout_done=seen["rollouts"].append,
-                  phase=lambda name, total: seen["phases"].append((name, total)))
+                  phase=lambda name, total: seen["phases"].append((name, total)),
+                  point=lambda name, step: seen["points"].append((name, step, len(seen["rollouts"]))))
     result = await train(job, tmp_path / "run", model=tiny_model(tokenizer, seed=5), tokenizer=tokenizer,
                          grader=LengthGrader(), hooks=hooks, max_batch_size=8)
     assert isinstance(result, TrainResult) and result.steps == 2
@@ -146,6 +147,12 @@ async def test_a_short_training_run(tmp_path: Path, tokenizer: Any) -> None:
     assert [name for name, _ in seen["phases"]] == ["eval @ step 0", "step 1/2", "step 2/2", "eval @ step 2"]
     assert [total for _, total in seen["phases"]] == [2, 6, 6, 2]
     assert len(seen["rollouts"]) == 2 + 6 + 6 + 2  # rollout_done once per rollout
+    # the baseline evaluation ran beside step 1's rollouts (same weights): step 1 started before
+    # any evaluation rollout was done, and its update only after both were
+    assert ("step", 1, 0) in seen["points"]
+    done_before_update = next(n for name, step, n in seen["points"] if (name, step) == ("update", 1))
+    assert done_before_update == 2 + 6
+    assert {r.run_id for r in seen["rollouts"][:8]} == {"train:eval-000000", "train"}
 
     # training: finite update metrics, weights really updated
     assert [m["step"] for m in result.history] == [1, 2]

@@ -40,9 +40,13 @@ async def greedy(engine: TransformersEngine) -> list[Generation]:
     return list(await asyncio.gather(*(engine.generate(p, GREEDY) for p in PROMPTS)))
 
 
-def same(a: list[Generation], b: list[Generation]) -> bool:
-    return all(x.token_ids == y.token_ids and x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
+def same(a: list[Generation], b: list[Generation], tol: float = 1e-5) -> bool:
+    return all(x.token_ids == y.token_ids and x.logprobs == pytest.approx(y.logprobs, abs=tol)
                for x, y in zip(a, b))
+
+
+MERGED = 1e-4
+"""x @ (W + s BA) and x @ W + s (x @ A) @ B round differently: same tokens, logprobs within this."""
 
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
@@ -84,3 +88,42 @@ async def test_a_sync_lands_between_forward_passes_while_requests_run(tokenizer:
     assert same(after, await greedy(reference))
     await engine.aclose()
     await reference.aclose()
+
+
+async def test_a_merged_copy_samples_what_the_adapter_does_and_follows_each_sync(tokenizer: Any) -> None:
+    from arft.engines.snapshot import _lora_layers
+
+    p = policy(tokenizer)
+    base = {n: layer.get_base_layer().weight.clone() for n, layer in _lora_layers(p).items()}
+    engine = SnapshotEngine.of(p, tokenizer, merge_lora=True, max_batch_size=4)
+    assert not _lora_layers(engine.model)  # a plain model: one matmul per linear layer
+    reference = TransformersEngine(p, tokenizer, max_batch_size=4)
+    assert same(await greedy(engine), await greedy(reference), MERGED)
+    for step in (1, 2, 3):  # merged again from the frozen base each time: nothing accumulates
+        train_a_little(p)
+        before = await greedy(engine)
+        await engine.sync(p, step)
+        after = await greedy(engine)
+        assert same(after, await greedy(reference), MERGED) and not same(after, before, MERGED)
+    layers = dict(engine.model.named_modules())
+    for name, layer in _lora_layers(p).items():
+        assert torch.equal(layer.get_base_layer().weight, base[name])  # the policy's base untouched
+        want = base[name] + layer.get_delta_weight("default")
+        assert torch.allclose(layers[name].weight, want, atol=1e-6)
+    await engine.aclose()
+    await reference.aclose()
+
+
+def test_which_policies_auto_merges_and_what_cannot_be_merged(tokenizer: Any) -> None:
+    from arft.engines.snapshot import merges_lora
+
+    lora, full = policy(tokenizer), policy(tokenizer, "full")
+    assert merges_lora("auto", lora) and merges_lora("merged", lora)
+    assert not merges_lora("adapter", lora)
+    assert not merges_lora("auto", full) and not merges_lora("merged", full)  # nothing to merge
+    assert not merges_lora("auto", policy(tokenizer).to(torch.bfloat16))  # bf16 would round the deltas away
+    with pytest.raises(ValueError, match="no LoRA layers to merge"):
+        SnapshotEngine.of(full, tokenizer, merge_lora=True)
+    lora.base_model.model.model.norm.weight.requires_grad_(True)  # trained, but not an adapter
+    with pytest.raises(ValueError, match="set engine.lora to adapter"):
+        SnapshotEngine.of(lora, tokenizer, merge_lora=True)

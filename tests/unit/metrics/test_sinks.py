@@ -182,3 +182,20 @@ def test_tensorboard_hides_the_steps_a_resumed_run_logs_again(tmp_path: Path) ->
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("train/reward_mean")] == [(1, 1.0), (2, 20.0), (3, 30.0)]
+
+
+def test_jsonl_discard_after_can_drop_the_rows_of_one_kind_at_the_checkpoints_step(tmp_path: Path) -> None:
+    import json
+
+    from arft.metrics.sinks import JsonlSink
+
+    path = tmp_path / "metrics.jsonl"
+    sink = JsonlSink(path)
+    sink.log(0, {"eval/reward_mean": 0.0})
+    sink.log(2, {"train/reward_mean": 0.5, "update/tokens": 3.0})
+    sink.log(2, {"eval/reward_mean": 0.25})
+    sink.log(2, {"eval/reward_mean": 0.5, "train/x": 1.0})  # not only eval/ names: kept
+    assert sink.discard_after(2, rows_at_step="eval/") == 1
+    assert [sorted(json.loads(x)) for x in path.read_text().splitlines()] == [
+        ["eval/reward_mean", "step"], ["step", "train/reward_mean", "update/tokens"],
+        ["eval/reward_mean", "step", "train/x"]]

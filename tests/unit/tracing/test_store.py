@@ -228,3 +228,16 @@ def test_writes_from_worker_threads(tmp_path: Path) -> None:
             t.join()
         stored = store.rollouts()
     assert sorted(r.trace_id for r in stored) == sorted(r.trace_id for r in rollouts)
+
+
+def test_discard_after_can_drop_the_rows_of_an_evaluation_cut_short_at_the_checkpoints_step(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "run.db") as store:
+        store.create_run("train", "train", {})
+        store.add_metrics("train", 2, {"train/reward_mean": 0.5, "update/tokens": 9.0})
+        store.add_metrics("train", 2, {"eval/reward_mean": 0.25, "eval/pass_rate": 0.0})
+        store.add_metrics("train", 1, {"eval/reward_mean": 0.125})
+        gone = store.discard_after("train", 2, metrics_at_step="eval/")
+        assert gone == Discarded(metrics=2)
+        assert sorted((m["step"], m["name"]) for m in store.metrics("train")) == [
+            (1, "eval/reward_mean"), (2, "train/reward_mean"), (2, "update/tokens")]
+        assert store.discard_after("train", 2, metrics_at_step="eval/") == Discarded()
