@@ -22,6 +22,11 @@ Counted: generated tokens (up to and including eos) per wall-clock second over t
 workload, prefill included. The systems run one after another in every repeat, alternating.
 
     python bench/engine_multiturn.py --repeats 2
+
+``--lora``: every system samples from a LoRA policy, as during RL training (the demo job's
+adapter settings, the adapter moved off zero): ``hf`` runs ``generate`` on the peft model (what
+TRL's GRPOTrainer does without vLLM), the engine arms sample from their own merged copy
+(``engine.lora: auto``, what ``arft train`` does on a float32 CPU).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 from arft.pyfile import load_file
 
 THROUGHPUT = load_file(Path(__file__).resolve().parent / "engine_throughput.py", "engine_throughput")
+LORA = load_file(Path(__file__).resolve().parent / "lora_merged.py", "lora_merged")
 EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name": "get_order", '
            '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
            '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
@@ -119,16 +125,19 @@ async def run_engine(engine: Any, work: Workload, new_tokens: int, rep: int = 0)
 
 
 async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
-                  systems: list[str]) -> dict[str, float]:
-    """Median tok/s of each of ``systems`` over ``repeats`` alternating runs."""
+                  systems: list[str], lora: bool = False) -> dict[str, float]:
+    """Median tok/s of each of ``systems`` over ``repeats`` alternating runs (``lora``: ``model``
+    is a peft policy, which the engine arms sample from merged)."""
+    from arft.engines.snapshot import SnapshotEngine
     from arft.engines.transformers_engine import TransformersEngine
 
     options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
                "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False}}
     # one model for every arm (same weights); the engines built first switch its attention and linear
     # layers, which other callers (HF generate, an arm with a switch off) run as sdpa and F.linear
-    engines = {name: TransformersEngine(model, work.tokenizer, max_batch_size=32, **kw)
-               for name, kw in options.items() if name in systems}
+    build = (lambda **kw: SnapshotEngine.of(model, work.tokenizer, merge_lora=True, **kw)) if lora else (
+        lambda **kw: TransformersEngine(model, work.tokenizer, **kw))
+    engines = {name: build(max_batch_size=32, **kw) for name, kw in options.items() if name in systems}
     if "hf" in systems:
         THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
     for engine in engines.values():
@@ -165,6 +174,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
                         help="default auto: what arft's engine picks here (bf16 only where this CPU runs it "
                              "natively, else float32)")
+    parser.add_argument("--lora", action="store_true",
+                        help="sample from the demo job's LoRA policy, as RL training does (see above)")
     args = parser.parse_args()
 
     import torch
@@ -172,13 +183,17 @@ def main() -> None:
     from arft.models.loading import load_model
 
     torch.set_num_threads(args.threads)
-    model, tokenizer = load_model("smollm2-135m-instruct", dtype=args.dtype, device="cpu")
+    if args.lora:
+        model, tokenizer = LORA.lora_policy(LORA.DEMO_JOB, args.dtype)
+    else:
+        model, tokenizer = load_model("smollm2-135m-instruct", dtype=args.dtype, device="cpu")
     work = Workload(tokenizer, args.tasks, args.samples)
-    print(f"model smollm2-135m-instruct {str(model.dtype).removeprefix('torch.')}, {args.threads} threads, {len(work.starts)} "
+    print(f"model smollm2-135m-instruct {str(model.dtype).removeprefix('torch.')}{' + LoRA' if args.lora else ''}, "
+          f"{args.threads} threads, {len(work.starts)} "
           f"rollouts x {TURNS} turns, first prompt {len(work.starts[0])} tokens, tool results "
           f"{len(work.after(0, 0, []))}-{len(work.after(0, TURNS - 2, []))} tokens, up to "
           f"{args.new_tokens} new tokens a turn", flush=True)
-    med = asyncio.run(compare(model, work, args.new_tokens, args.repeats, args.systems))
+    med = asyncio.run(compare(model, work, args.new_tokens, args.repeats, args.systems, args.lora))
     print("median tok/s: " + " | ".join(f"{name} {rate:.1f}" for name, rate in med.items()))
     ratios = [("engine+kv", "hf", " (goal >= 3)"), ("engine+kv", "engine", " (goal >= 1.5)"),
               ("engine", "hf", ""), ("engine+kv", "kv-no-cascade", ": cascade attention"),

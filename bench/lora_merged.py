@@ -19,17 +19,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_throughput import build_prompts, run_engine  # noqa: E402
+from arft.pyfile import load_file
 
+THROUGHPUT = load_file(Path(__file__).resolve().parent / "engine_throughput.py", "engine_throughput")
+build_prompts, run_engine = THROUGHPUT.build_prompts, THROUGHPUT.run_engine
 ROOT = Path(__file__).resolve().parents[1]
+DEMO_JOB = ROOT / "examples" / "calculator" / "job.yaml"
 
 
-def lora_policy(job_file: Path) -> tuple[Any, Any]:
+def lora_policy(job_file: Path, dtype: str = "float32") -> tuple[Any, Any]:
     """The embedded model wrapped as the job trains it, with a non-zero adapter (as after a few
     updates), and its tokenizer."""
     import torch
@@ -39,7 +40,7 @@ def lora_policy(job_file: Path) -> tuple[Any, Any]:
     from arft.trainer.learner import wrap_policy
 
     job = load_job(job_file)
-    model, tokenizer = load_model(job.model_ref, dtype="float32", device="cpu")
+    model, tokenizer = load_model(job.model_ref, dtype=dtype, device="cpu")
     policy = wrap_policy(model, job.training, job.seed).eval()
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -89,7 +90,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64, help="max new tokens per prompt")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each arm (default 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--job", type=Path, default=ROOT / "examples" / "calculator" / "job.yaml",
+    parser.add_argument("--job", type=Path, default=DEMO_JOB,
                         help="whose LoRA settings to use (default: the demo's)")
     args = parser.parse_args()
     import torch

@@ -96,28 +96,33 @@ class EngineReplica:
                  engine: Any = None) -> None:
         self.spec = job.training
         self._policy: Any = None
-        """With ``engine.type: vllm``: a CPU copy of the policy that published weights are loaded
-        into before the server syncs from it (vLLM reads weights from files)."""
+        """With ``engine.type: vllm`` or a merged-LoRA engine: a copy of the policy that published
+        weights are loaded into before the engine syncs from it (vLLM reads weights from files; the
+        merged copy is base + adapter)."""
         if engine is not None:
             self.engine = engine
         elif job.engine.type == "vllm":
             self.engine, self._policy = self._vllm(job, model, tokenizer)
         else:
-            self.engine = self._transformers(job, model, tokenizer)
+            self.engine, self._policy = self._transformers(job, model, tokenizer)
         self.version = -1
         """The published weights served (-1: the base, nothing published yet)."""
         self._learner = learner
         self._started: asyncio.Future[int] | None = None
 
     @staticmethod
-    def _transformers(job: JobSpec, model: Any, tokenizer: Any) -> Any:
+    def _transformers(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
         from arft.engines.factory import transformers_options
+        from arft.engines.snapshot import SnapshotEngine, merges_lora
         from arft.engines.transformers_engine import TransformersEngine
         from arft.trainer.learner import wrap_policy
 
         model, tokenizer = _load_model(job, model, tokenizer)
         policy = wrap_policy(model, job.training, job.seed).eval().requires_grad_(False)
-        return TransformersEngine(policy, tokenizer, **transformers_options(job.engine))
+        options = transformers_options(job.engine)
+        if merges_lora(job.engine.lora, policy):
+            return SnapshotEngine.of(policy, tokenizer, merge_lora=True, **options), policy
+        return TransformersEngine(policy, tokenizer, **options), None
 
     @staticmethod
     def _vllm(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
@@ -157,7 +162,7 @@ class EngineReplica:
         from arft.trainer.learner import load_trainable
 
         if version > self.version:
-            if self._policy is not None:  # vLLM: through the CPU copy, then the server's own sync
+            if self._policy is not None:  # through the copy, then the engine's own sync
                 await asyncio.to_thread(load_trainable, self._policy, self.spec, state)
                 await self.engine.sync(self._policy, version)
             else:
