@@ -1,8 +1,8 @@
 """``arft train``: orchestration only.
 
 Each step: take the next ``batch_size`` tasks, run ``group_size`` rollouts of each with the
-current weights (the engine shares the policy in-process, so it always samples from the newest
-weights), grade, turn rewards into group-relative advantages, update, record metrics; checkpoint every
+current weights (the engine shares the policy in-process, or holds a copy, e.g. with LoRA merged,
+that is synced after every update), grade, turn rewards into group-relative advantages, update, record metrics; checkpoint every
 ``checkpoint_every`` steps and at the end; evaluate on the validation set before step 0, every
 ``eval_interval`` steps and at the end. An evaluation runs beside the next step's rollouts (both
 sample from the same weights, so they share the engine's batches), and the next update waits for
@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from arft.app.ahead import Ahead, Generated, fresh
@@ -253,13 +253,13 @@ async def _session(t: Session, plan: _Plan, checkpoint: Path | None) -> None:
     t.sinks = open_sinks(run.job, run.run_dir.path, run.store, TRAIN_RUN_ID,
                          resumed_from=cursor.step if checkpoint is not None else None)
     try:
-        await _loop(t, plan, cursor, checkpoint is None)
+        await _loop(t, plan, cursor)
     finally:
         close_sinks(t.sinks)
     run.store.finish_run(TRAIN_RUN_ID, "completed")
 
 
-async def _loop(t: Session, plan: _Plan, cursor: Cursor, new_run: bool) -> None:
+async def _loop(t: Session, plan: _Plan, cursor: Cursor) -> None:
     await sync_engine(t, cursor.step)  # a resumed or warm-started policy is not the base
     due = _eval_due(t, plan, cursor.step)  # the baseline, or a resumed checkpoint's (rewind dropped it)
     bound = t.run.job.training.max_off_policy_steps

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable
 from typing import Any
 
 from arft.engines.transformers_engine import TransformersEngine
@@ -49,7 +48,8 @@ def merges_lora(choice: str, policy: Any) -> bool:
 class SnapshotEngine(TransformersEngine):
     """A ``TransformersEngine`` over a copy of ``policy`` that changes only at ``sync``."""
 
-    _write: Callable[[Any, Any, int], None]
+    merged_lora = False
+    """Whether the copy is a plain model with the policy's LoRA adapters merged into its weights."""
 
     @classmethod
     def of(cls, policy: Any, tokenizer: Any, merge_lora: bool = False, **kwargs: Any) -> "SnapshotEngine":
@@ -60,14 +60,15 @@ class SnapshotEngine(TransformersEngine):
             _check_mergeable(policy)
             model = model.merge_and_unload()
         engine = cls(model, tokenizer, **kwargs)
-        engine._write = _write_merged if merge_lora else _copy_trainable
+        engine.merged_lora = merge_lora
         return engine
 
     async def sync(self, policy: Any, step: int) -> float:
         """Write ``policy``'s trainable weights (or, merged, base + adapter) into the engine's
         model; the seconds it took. ``step`` (the weights' version) is only named in errors."""
         start = time.perf_counter()
-        await asyncio.to_thread(self.write_weights, lambda model: self._write(policy, model, step))
+        write = _write_merged if self.merged_lora else _copy_trainable
+        await asyncio.to_thread(self.write_weights, lambda model: write(policy, model, step))
         return time.perf_counter() - start
 
 
