@@ -66,15 +66,14 @@ class _Tally:
     """One bar's rewards and infrastructure failures, as the text beside it."""
 
     def __init__(self) -> None:
-        self._rewards: list[float] = []
-        self._failed = 0
+        self._reward_sum, self._rewarded, self._failed = 0.0, 0, 0
 
     def add(self, rollout: Rollout) -> str:
         if rollout.reward is not None:
-            self._rewards.append(rollout.reward)
+            self._reward_sum, self._rewarded = self._reward_sum + rollout.reward, self._rewarded + 1
         if rollout.status == "infra_failed":
             self._failed += 1
-        mean = sum(self._rewards) / len(self._rewards) if self._rewards else float("nan")
+        mean = self._reward_sum / self._rewarded if self._rewarded else float("nan")
         return f"reward {mean:.3f}" + (f"  infra-failed {self._failed}" if self._failed else "")
 
 

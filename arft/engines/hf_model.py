@@ -47,3 +47,14 @@ def param_state(p: Any) -> tuple[int, int, int, Any]:
 def weights_fingerprint(model: Any) -> tuple[tuple[int, int, int, Any], ...]:
     """``param_state`` of every parameter (see its limits)."""
     return tuple(param_state(p) for p in model.parameters())
+
+
+def merged_copy(policy: Any) -> Any:
+    """A plain model with ``policy``'s current weights: a LoRA adapter merged into a copy of the
+    base, or a fully fine-tuned model itself (the vLLM engine's merged sync writes a bf16 copy of
+    it; the merged ``SnapshotEngine`` samples from it)."""
+    import copy
+
+    if hasattr(policy, "merge_and_unload"):
+        return copy.deepcopy(policy).merge_and_unload()
+    return policy

@@ -28,6 +28,7 @@ import copy
 import time
 from typing import Any
 
+from arft.engines.hf_model import merged_copy
 from arft.engines.transformers_engine import TransformersEngine
 
 
@@ -55,10 +56,9 @@ class SnapshotEngine(TransformersEngine):
     def of(cls, policy: Any, tokenizer: Any, merge_lora: bool = False, **kwargs: Any) -> "SnapshotEngine":
         """An engine over a frozen eval-mode copy of ``policy``, with its LoRA adapters merged into
         the weights when ``merge_lora`` (``kwargs``: the engine's)."""
-        model = copy.deepcopy(policy).eval().requires_grad_(False)
         if merge_lora:
             _check_mergeable(policy)
-            model = model.merge_and_unload()
+        model = (merged_copy(policy) if merge_lora else copy.deepcopy(policy)).eval().requires_grad_(False)
         engine = cls(model, tokenizer, **kwargs)
         engine.merged_lora = merge_lora
         return engine

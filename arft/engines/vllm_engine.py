@@ -38,6 +38,7 @@ import httpx
 
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.grammar import ToolCallMasker, turn_tag
+from arft.engines.hf_model import merged_copy
 from arft.http import json_client
 from arft.engines.vllm_server import SERVED_NAME, ServerOptions, VLLMServer, vllm_python
 from arft.models.constraints import Grammar, JsonGrammar, ToolGrammar, with_search_patterns
@@ -274,13 +275,3 @@ def json_outputs(grammar: JsonGrammar) -> dict[str, Any]:
     if grammar.json_schema is None:
         return {"json_object": True}
     return {"json": with_search_patterns(grammar.json_schema)}
-
-
-def merged_copy(policy: Any) -> Any:
-    """A plain model with ``policy``'s current weights: a LoRA adapter merged into a copy of the
-    base, or a fully fine-tuned model itself (only read: ``save_vllm_dir`` writes a bf16 copy)."""
-    import copy
-
-    if hasattr(policy, "merge_and_unload"):
-        return copy.deepcopy(policy).merge_and_unload()
-    return policy

@@ -203,6 +203,12 @@ def test_micro_batch_limits_below_one_are_refused(tmp_path: Path, field: str) ->
     assert f"training.{field.split(':')[0]}" in job_error(path)
 
 
+def test_an_unknown_lora_sampling_mode_is_refused_with_the_choices(tmp_path: Path) -> None:
+    path = write(tmp_path / "job.yaml", ARFT_YAML.replace("device: cpu}", "device: cpu, lora: fused}"))
+    message = job_error(path)
+    assert "engine.lora" in message and "'merged'" in message and "'adapter'" in message
+
+
 def test_missing_method(tmp_path: Path) -> None:
     path = write(tmp_path / "job.yaml", "model: smollm2-135m-instruct\n")
     message = job_error(path)
