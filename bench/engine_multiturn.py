@@ -17,6 +17,8 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
   to measure what cascade attention adds.
 - ``kv-unpacked``: ``engine+kv`` with its linear layers on ``F.linear`` instead of oneDNN's
   prepacked weights (``arft.engines.packed_linear``), to measure what packing adds.
+- ``kv-hf-forward``: ``engine+kv`` with decode steps run by Hugging Face's forward instead of
+  the fused decode step (``arft.engines.fused_decode``), to measure what fusing adds.
 
 Counted: generated tokens (up to and including eos) per wall-clock second over the whole
 workload, prefill included. The systems run one after another in every repeat, alternating.
@@ -47,7 +49,7 @@ EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name":
            '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
            '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
 TURNS = 3
-SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked")
+SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward")
 
 
 def tool_result(task: int, turn: int) -> str:
@@ -132,7 +134,8 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
     from arft.engines.transformers_engine import TransformersEngine
 
     options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
-               "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False}}
+               "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False},
+               "kv-hf-forward": {"fused_decode": False}}
     # one model for every arm (same weights); the engines built first switch its attention and linear
     # layers, which other callers (HF generate, an arm with a switch off) run as sdpa and F.linear
     build = (lambda **kw: SnapshotEngine.of(model, work.tokenizer, merge_lora=True, **kw)) if lora else (
@@ -197,7 +200,7 @@ def main() -> None:
     print("median tok/s: " + " | ".join(f"{name} {rate:.1f}" for name, rate in med.items()))
     ratios = [("engine+kv", "hf", " (goal >= 3)"), ("engine+kv", "engine", " (goal >= 1.5)"),
               ("engine", "hf", ""), ("engine+kv", "kv-no-cascade", ": cascade attention"),
-              ("engine+kv", "kv-unpacked", ": packed linears")]
+              ("engine+kv", "kv-unpacked", ": packed linears"), ("engine+kv", "kv-hf-forward", ": fused decode")]
     print("ratios: " + " | ".join(f"{a} / {b}: {med[a] / med[b]:.2f}x{note}"
                                   for a, b, note in ratios if a in med and b in med))
 

@@ -16,8 +16,9 @@ replaced parameter or ``.data``, a cast). In-place writes into ``.data`` (peft's
 not seen: whoever writes weights that way calls ``forget`` (``TransformersEngine``'s
 ``clear_prefix_cache`` does; packing the whole embedded model again takes ~0.4 s). The packs cost
 one more copy of the model's linear weights in memory until ``forget`` (closing the engine calls
-it). Results equal ``F.linear`` within float rounding (~1e-4 on logits), as a change of batch
-shape does.
+it). ``packed(owner, weights)`` packs several weights stacked as one (``arft.engines.fused_decode``
+runs q, k and v, and gate and up, as one product each). Results equal ``F.linear`` within float
+rounding (~1e-4 on logits), as a change of batch shape does.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ DTYPES = ("float32", "bfloat16")
 """The weight dtypes packed; bfloat16 only where the CPU runs oneDNN's bf16 path (``supports``)."""
 
 _LOCAL = threading.local()
-_PACKS: "weakref.WeakKeyDictionary[Any, tuple[Any, tuple[Any, ...], torch.Tensor]]" = weakref.WeakKeyDictionary()
-"""Each layer's packed weight, with a weak reference to the parameter it was packed from and that
-parameter's ``param_state`` then. Kept outside the modules so that copying or pickling a model
-never meets oneDNN's opaque tensors."""
+_PACKS: "weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], tuple[Any, ...], torch.Tensor]]" = (
+    weakref.WeakKeyDictionary())
+"""Each layer's packed weight (or a fused group's, under its owner module), with weak references
+to the parameters it was packed from and their ``param_state`` then. Kept outside the modules so
+that copying or pickling a model never meets oneDNN's opaque tensors."""
 
 
 def available() -> bool:
@@ -146,9 +148,20 @@ def _forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
     if (grad or x.dtype != weight.dtype or x.numel() > MAX_ROWS * x.shape[-1] or weight.device.type != "cpu"
             or not supports(weight.dtype)):
         return F.linear(x, weight, bias)
-    state = param_state(weight)
-    entry = _PACKS.get(self)
-    if entry is None or entry[0]() is not weight or entry[1] != state:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
-        entry = _PACKS[self] = (weakref.ref(weight), state, packed)
-    return torch.ops.mkldnn._linear_pointwise(x, entry[2], None if bias is None else bias.detach(), "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x, packed(self, [weight]), None if bias is None else bias.detach(),
+                                              "none", [], "")
+
+
+def packed(owner: Any, weights: "list[torch.Tensor]") -> "torch.Tensor":
+    """The packed copy of ``weights`` stacked along their output rows (one weight: a layer's own;
+    several: a fused projection such as q, k and v), kept under ``owner`` (a module of the model,
+    so ``forget`` drops it) and redone when any of them changes as ``param_state`` sees it."""
+    import torch
+
+    state = tuple(param_state(w) for w in weights)
+    entry = _PACKS.get(owner)
+    if entry is None or entry[1] != state or any(ref() is not w for ref, w in zip(entry[0], weights)):
+        stacked = weights[0].detach() if len(weights) == 1 else torch.cat([w.detach() for w in weights])
+        entry = _PACKS[owner] = (tuple(weakref.ref(w) for w in weights), state,
+                                 torch.ops.mkldnn._reorder_linear_weight(stacked, ROWS_HINT))
+    return entry[2]

@@ -30,7 +30,8 @@ rollout's next turn runs just its tool results; the K samples of a task run thei
 once, and a prefix common to all prompts of an admission (a system prompt, worked examples) is
 run once before them (``arft.engines.prefill``). The store is cleared whenever a weight changes.
 Decode steps read that common prefix once for all rows (``arft.engines.cascade``, on the CPU),
-and run the linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``).
+and run the linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``), in
+a forward pass of their own for Llama-family models (``fused_decode``; see ``model_pass``).
 Rows' decoding state and finish rules: ``arft.engines.decode_rows``; the KV cache: ``kv_batch``.
 
 The model is used as is (no copy): a trainer may update its weights in place between calls, or
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -52,8 +52,9 @@ from arft.engines.decode_rows import FinishRules, Request, Row, checked_prompt, 
 from arft.engines.engine_stats import EngineStats
 from arft.engines.factory import transformers_options
 from arft.engines.grammar import ToolCallMasker
-from arft.engines.hf_model import eos_ids, forward_kwargs, torch_device, weights_fingerprint
+from arft.engines.hf_model import eos_ids, torch_device, weights_fingerprint
 from arft.engines.kv_batch import KVBatch, growing_layer
+from arft.engines.model_pass import ModelPass
 from arft.engines.prefill import PrefillPlan, distinct, plan, shared_prefix
 from arft.engines.prefix_cache import MB, PrefixCache
 from arft.engines.sampling import sample_rows
@@ -74,7 +75,8 @@ class TransformersEngine:
     in: keep it in eval mode (``load_model`` does) so dropout does not change the policy.
     ``stats`` counts prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the
     prefix store reused. ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False``
-    reads a prefix every row shares once per row again (for comparisons); ``packed_linears``:
+    runs Hugging Face's sdpa as it is (see ``arft.engines.cascade``), ``fused_decode=False`` its
+    forward for decode steps (``arft.engines.fused_decode``; both for comparisons); ``packed_linears``:
     see ``arft.engines.packed_linear`` and ``engine.packed_linears``."""
 
     supports_constraints = True
@@ -86,7 +88,7 @@ class TransformersEngine:
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
                  device: str | None = None, prefix_cache_mb: float = 2048, cascade_attention: bool = True,
-                 packed_linears: bool = True) -> None:
+                 packed_linears: bool = True, fused_decode: bool = True) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 (got {max_batch_size}); set engine.max_batch_size")
         if prefix_cache_mb < 0:
@@ -105,9 +107,7 @@ class TransformersEngine:
         self.masker = ToolCallMasker(tokenizer, self.vocab_size, self.eos_ids)
         """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
         self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
-        self._cache_kwarg, self._forward_kwargs = forward_kwargs(model)
-        self._cascade = cascade_attention and self.device.type == "cpu" and cascade.enable(model)
-        self._packed = packed_linears and self.device.type == "cpu" and packed_linear.enable(model) > 0
+        self._pass = ModelPass(model, self.device.type == "cpu", cascade_attention, packed_linears, fused_decode)
         self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
         self._weights_lock = threading.Lock()
@@ -304,7 +304,7 @@ class TransformersEngine:
     def _run(self, p: PrefillPlan) -> tuple[KVBatch, "torch.Tensor"]:
         """One prefill forward pass; the batch's rows are ``p.expand`` until the caller sets them."""
         batch = KVBatch(list(p.expand), p.cache, p.mask, self.max_batch_size, p.shared_ids)
-        logits = self._forward(p.ids, batch, p.positions)
+        logits = self._pass(p.ids, p.positions, batch.mask, batch.cache)
         self.stats.prefills += 1
         self.stats.prefill_batch_sizes[p.ids.shape[0]] += 1
         self.stats.prefill_tokens += p.computed_tokens
@@ -331,23 +331,13 @@ class TransformersEngine:
         ids = torch.tensor([[r.tokens[-1]] for r in batch.rows], device=self.device)
         positions = torch.tensor([[r.next_position] for r in batch.rows], device=self.device)
         batch.mask = torch.cat([batch.mask, batch.mask.new_ones((batch.size, 1))], dim=1)
-        shared = batch.shared if self._cascade and batch.mergeable else 0  # full-attention layers only
-        logits = self._forward(ids, batch, positions, shared)
+        shared = batch.shared if self._pass.cascade and batch.mergeable else 0  # full-attention layers only
+        logits = self._pass(ids, positions, batch.mask, batch.cache, shared)
         self.stats.decode_steps += 1
         self.stats.decode_batch_sizes[batch.size] += 1
         self.stats.cascade_steps += cascade.reads_once(shared, batch.size)
         self.stats.max_rows = max(self.stats.max_rows, batch.size)
         self._accept(batch.rows, logits)
-
-    def _forward(self, ids: "torch.Tensor", batch: KVBatch, positions: "torch.Tensor",
-                 shared: int = 0) -> "torch.Tensor":
-        """Last-position logits ``[B, V]``; the batch's cache grows in place. ``shared``: leading
-        columns every row holds the same (cascade attention reads them once)."""
-        extra = {cascade.KEYWORD: shared} if shared else {}
-        with packed_linear.packed_passes() if self._packed else contextlib.nullcontext():
-            out = self.model(input_ids=ids, attention_mask=batch.mask, position_ids=positions, use_cache=True,
-                             **{self._cache_kwarg: batch.cache}, **self._forward_kwargs, **extra)
-        return out.logits[:, -1, :]
 
     def _accept(self, rows: list[Row], logits: "torch.Tensor") -> None:
         """Sample one token per row, record it and decide whether the row is finished."""

@@ -64,7 +64,7 @@ def test_reads_only_row_zeros_prefix() -> None:
     assert torch.allclose(got, want, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["short prefix", "one row", "prefill", "no keyword"])
+@pytest.mark.parametrize("case", ["short prefix", "one row", "no keyword", "needs grad"])
 def test_falls_back_to_sdpa(case: str) -> None:
     query, key, value, mask = inputs(2)
     kwargs: dict[str, Any] = {KEYWORD: SHARED}
@@ -72,14 +72,31 @@ def test_falls_back_to_sdpa(case: str) -> None:
         kwargs = {KEYWORD: MIN_SHARED - 1}
     elif case == "one row":
         query, key, value, mask = query[:1], key[:1], value[:1], mask[:1]
-    elif case == "prefill":
-        query = torch.randn(B, HQ, 3, DIM)
-        mask = torch.ones(B, 1, 3, T, dtype=torch.bool)
     elif case == "no keyword":
         kwargs = {}
+    elif case == "needs grad":  # the trainer's passes
+        query.requires_grad_()
     key[1:, :, :SHARED] = float("nan")  # sdpa reads every row: NaN comes through
     got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **kwargs)
-    assert torch.equal(got.isnan(), sdpa(query, key, value, mask).isnan())
+    want = sdpa(query, key, value, mask)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~got.isnan()], want[~want.isnan()])  # exactly sdpa, not a rearrangement
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "additive"])
+def test_grouped_prefill_equals_sdpa(mask_kind: str) -> None:
+    # an engine prefill of 4 new tokens per row after a cached history, padded rows included
+    query = torch.randn(B, HQ, 4, DIM)
+    _, key, value, mask = inputs(3)
+    causal = torch.ones(4, T, dtype=torch.bool).tril(T - 4)
+    mask = mask.expand(B, 1, 4, T) & causal
+    mask[0, :, :, :T - 4] = False  # a row that is all padding before its new tokens
+    if mask_kind == "additive":
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: 0})
+    want = sdpa(query, key, value, mask)
+    assert got.shape == want.shape == (B, 4, HQ, DIM)
+    assert torch.allclose(got, want, atol=1e-5)
 
 
 def test_enable_switches_only_sdpa_models(tokenizer: Any) -> None:

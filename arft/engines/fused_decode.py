@@ -1,0 +1,126 @@
+"""A decode step of a Llama-family model in a few tensor operations a layer, for the engine on the CPU.
+
+Hugging Face's forward pass of one decode step of the embedded 135M model dispatches ~5,600 tensor
+operations (views, reshapes, casts, the mask builder, the cache's bookkeeping, the module calls
+around each of them). At a few dozen rows each costs microseconds that add up to a tenth of the
+step. ``FusedDecoder`` runs the same arithmetic with what the step needs and nothing else:
+
+- q, k and v are one product with their weights stacked, and so are gate and up (oneDNN packed
+  weights, ``packed_linear.packed``): fewer, wider products run faster at decode's few rows;
+- RMSNorm is ``F.rms_norm`` in float32 (Hugging Face's formula otherwise), rotary embeddings come
+  from the model's own rotary module, attention is ``arft.engines.cascade`` (the shared prefix
+  read once, key/value heads never copied), and the cache is the batch's own (``cache.update``).
+
+It takes a model only when it can reproduce it: a ``LlamaForCausalLM`` on the CPU with SiLU
+MLPs, no projection biases, plain (or packed) linear layers and a dtype oneDNN packs here; any
+other model (a peft adapter, Qwen, a GPU) keeps Hugging Face's forward. Logits equal Hugging
+Face's within float rounding (the tests compare both, bit for bit on float32 here). The packs
+follow the weights as ``packed_linear`` does (redone when a weight changes; ``forget`` drops them).
+torch and transformers are imported lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from arft.engines import cascade, packed_linear
+
+if TYPE_CHECKING:
+    import torch
+
+
+class FusedDecoder:
+    """``logits(ids, positions, mask, cache, shared)``: one decode step of ``model`` (see the module doc)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        config = model.config
+        attention = model.model.layers[0].self_attn
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = attention.head_dim
+        self.scale = attention.scaling
+        self.intermediate = config.intermediate_size
+
+    @classmethod
+    def of(cls, model: Any) -> "FusedDecoder | None":
+        """A decoder for ``model``, or ``None`` where it would not reproduce Hugging Face's forward."""
+        return cls(model) if supported(model) else None
+
+    def logits(self, ids: "torch.Tensor", positions: "torch.Tensor", mask: "torch.Tensor", cache: Any,
+               shared: int = 0) -> "torch.Tensor":
+        """Next-token logits ``[B, V]`` for ``ids`` ``[B, 1]`` at ``positions`` ``[B, 1]``; ``mask``
+        ``[B, T]`` is 1 on the real columns of the cache after this step's token is appended;
+        ``shared``: leading columns every row holds the same (read once)."""
+        import torch.nn.functional as F
+
+        model, b = self.model.model, ids.shape[0]
+        hidden = model.embed_tokens(ids)
+        cos, sin = (x.unsqueeze(1) for x in model.rotary_emb(hidden, positions))
+        keep = mask.bool()[:, None, None, :]
+        q_end, k_end = self.heads * self.head_dim, (self.heads + self.kv_heads) * self.head_dim
+        for i, layer in enumerate(model.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            qkv = _linear(_norm(hidden, layer.input_layernorm), attn, [attn.q_proj, attn.k_proj, attn.v_proj])
+            q = qkv[..., :q_end].view(b, 1, self.heads, self.head_dim).transpose(1, 2)
+            k = qkv[..., q_end:k_end].view(b, 1, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = qkv[..., k_end:].view(b, 1, self.kv_heads, self.head_dim).transpose(1, 2)
+            keys, values = cache.update(_rotate(k, cos, sin), v, i)
+            out = self._attend(_rotate(q, cos, sin), keys, values, keep, shared)
+            hidden = hidden + _linear(out.reshape(b, 1, q_end), attn.o_proj, [attn.o_proj])
+            gate_up = _linear(_norm(hidden, layer.post_attention_layernorm), mlp, [mlp.gate_proj, mlp.up_proj])
+            act = F.silu(gate_up[..., :self.intermediate]) * gate_up[..., self.intermediate:]
+            hidden = hidden + _linear(act, mlp.down_proj, [mlp.down_proj])
+        head = self.model.lm_head
+        return _linear(_norm(hidden[:, -1], model.norm), head, [head])
+
+    def _attend(self, q: "torch.Tensor", keys: "torch.Tensor", values: "torch.Tensor", keep: "torch.Tensor",
+                shared: int) -> "torch.Tensor":
+        """``[B, 1, Hq, D]``: cascade when the rows share a prefix, else sdpa on the key/value heads."""
+        if cascade.reads_once(shared, q.shape[0]) and shared < keys.shape[2]:
+            return cascade._decode(q, keys, values, keep, shared, self.scale)
+        return cascade._grouped(q, keys, values, keep, self.scale)
+
+
+def supported(model: Any) -> bool:
+    """Whether ``FusedDecoder`` reproduces ``model``'s forward (see the module doc)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    if type(model) is not LlamaForCausalLM:
+        return False
+    config, weight = model.config, model.lm_head.weight
+    if (config.hidden_act != "silu" or getattr(config, "pretraining_tp", 1) != 1 or weight.device.type != "cpu"
+            or not packed_linear.supports(weight.dtype) or not cascade._has_cpu_flash()):
+        return False
+    linear = (torch.nn.Linear, packed_linear._packed_class())
+    modules = [m for layer in model.model.layers for m in layer.modules() if hasattr(m, "weight")]
+    return all(type(m) in linear and m.bias is None for m in modules if m.weight.dim() == 2) \
+        and type(model.lm_head) in linear and model.lm_head.bias is None
+
+
+def _linear(x: "torch.Tensor", owner: Any, layers: list[Any]) -> "torch.Tensor":
+    """``x`` times the stacked weights of ``layers`` (packed once, kept under ``owner``)."""
+    import torch
+
+    packed = packed_linear.packed(owner, [layer.weight for layer in layers])
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
+def _norm(x: "torch.Tensor", norm: Any) -> "torch.Tensor":
+    """Hugging Face's ``LlamaRMSNorm``: one fused op in float32, its own formula otherwise."""
+    import torch
+    import torch.nn.functional as F
+
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def _rotate(x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> "torch.Tensor":
+    """Rotary position embedding (Hugging Face's ``apply_rotary_pos_emb`` for one tensor)."""
+    import torch
+
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin

@@ -1,0 +1,48 @@
+"""One forward pass of ``TransformersEngine``'s model: the CPU fast paths it may take, chosen once.
+
+- ``cascade``: the model's attention is ``arft.engines.cascade`` (the engine passes the columns
+  its rows share; masked prefills keep their key/value heads uncopied);
+- ``packed``: linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``);
+- ``fused``: decode steps of a Llama-family model run ``arft.engines.fused_decode`` instead of
+  Hugging Face's forward.
+
+Each is on where the device and the model allow it and the engine's switch (for comparisons)
+leaves it on; every other pass is the model's own forward with the cache it is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from arft.engines import cascade, packed_linear
+from arft.engines.fused_decode import FusedDecoder
+from arft.engines.hf_model import forward_kwargs
+
+if TYPE_CHECKING:
+    import torch
+
+
+class ModelPass:
+    """``pass_(ids, positions, mask, cache, shared)``: last-position logits ``[B, V]``; the
+    cache grows in place."""
+
+    def __init__(self, model: Any, on_cpu: bool, cascade_attention: bool = True, packed_linears: bool = True,
+                 fused_decode: bool = True) -> None:
+        self.model = model
+        self.cache_kwarg, self.kwargs = forward_kwargs(model)
+        self.cascade = cascade_attention and on_cpu and cascade.enable(model)
+        self.packed = packed_linears and on_cpu and packed_linear.enable(model) > 0
+        self.fused = FusedDecoder.of(model) if fused_decode and self.packed else None
+
+    def __call__(self, ids: "torch.Tensor", positions: "torch.Tensor", mask: "torch.Tensor", cache: Any,
+                 shared: int = 0) -> "torch.Tensor":
+        """``ids``/``positions`` ``[B, S]``, ``mask`` ``[B, T]`` over the cache and these tokens;
+        ``shared``: leading columns every row holds the same (cascade attention reads them once)."""
+        if ids.shape[1] == 1 and self.fused is not None:
+            return self.fused.logits(ids, positions, mask, cache, shared)
+        extra = {cascade.KEYWORD: shared} if self.cascade else {}
+        with packed_linear.packed_passes() if self.packed else contextlib.nullcontext():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                             **{self.cache_kwarg: cache}, **self.kwargs, **extra)
+        return out.logits[:, -1, :]

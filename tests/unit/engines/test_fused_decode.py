@@ -1,0 +1,125 @@
+"""The fused decode step gives Hugging Face's logits (cascade and plain attention, padded rows, after
+a weight changes), is taken only for models it reproduces, and the engine samples the same
+tokens with it as without it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from arft.engines import packed_linear
+from arft.engines.cascade import KEYWORD, MIN_SHARED
+from arft.engines.fused_decode import FusedDecoder, supported
+from arft.engines.kv_batch import growing_layer
+from arft.engines.transformers_engine import TransformersEngine
+from arft.models.forward import cache_keyword
+from tests.specs import sampling
+from tests.unit.engines.test_transformers_engine import varied_model
+
+pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="torch built without oneDNN")
+
+
+def prefilled(model: Any, shared: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """A cache holding 3 prompts (the first ``shared`` tokens the same in every row; with
+    ``shared=0``, left-padded rows of different lengths), the next token ids and their positions."""
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(shared)
+    ids = torch.randint(300, 900, (3, 30), generator=gen)
+    mask = torch.ones(3, 30, dtype=torch.long)
+    if shared:
+        ids[:, :shared] = ids[0, :shared]
+    else:
+        mask[1, :7] = mask[2, :19] = 0  # left padding
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = growing_layer()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                    **{cache_keyword(model): cache})
+    nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    return (cache, torch.cat([mask, mask.new_ones(3, 1)], dim=1)), nxt, positions[:, -1:] + 1
+
+
+def hf_step(model: Any, cache: Any, mask: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
+            shared: int) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                    **{cache_keyword(model): cache, KEYWORD: shared})
+    return out.logits[:, -1]
+
+
+@pytest.mark.parametrize("shared", [0, MIN_SHARED + 4])
+def test_logits_equal_hugging_faces(tokenizer: Any, shared: int) -> None:
+    model = varied_model(tokenizer, seed=1)
+    TransformersEngine(model, tokenizer)  # the engine's model: cascade attention, packed linears
+    (cache, mask), ids, positions = prefilled(model, shared)
+    decoder = FusedDecoder.of(model)
+    assert decoder is not None
+    for step in range(3):  # the caches grow alike, step after step
+        mine = copy.deepcopy(cache)
+        want = hf_step(model, cache, mask, ids, positions, shared)
+        with torch.no_grad():
+            got = decoder.logits(ids, positions, mask, mine, shared)
+        assert torch.allclose(got, want, atol=1e-4), (step, (got - want).abs().max())
+        for a, b in zip(mine.layers, cache.layers):
+            assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+        cache = mine
+        ids, positions = want.argmax(-1, keepdim=True), positions + 1
+        mask = torch.cat([mask, mask.new_ones(3, 1)], dim=1)
+
+
+def test_follows_a_weight_written_in_place(tokenizer: Any) -> None:
+    model = varied_model(tokenizer, seed=2)
+    packed_linear.enable(model)
+    (cache, mask), ids, positions = prefilled(model, 0)
+    decoder = FusedDecoder.of(model)
+    assert decoder is not None
+    with torch.no_grad():
+        before = decoder.logits(ids, positions, mask, copy.deepcopy(cache))
+        for layer in model.model.layers:  # what an optimizer step does: the version moves
+            layer.self_attn.k_proj.weight.mul_(1.5)
+            layer.mlp.up_proj.weight.add_(0.05)
+        after = decoder.logits(ids, positions, mask, copy.deepcopy(cache))
+    want = hf_step(model, cache, mask, ids, positions, 0)
+    assert not torch.allclose(before, after, atol=1e-3)
+    assert torch.allclose(after, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["llama", "peft", "bias", "gelu", "not llama"])
+def test_takes_only_models_it_reproduces(tokenizer: Any, case: str) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    small = {"vocab_size": len(tokenizer), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+             "num_attention_heads": 4, "num_key_value_heads": 2}
+    if case == "not llama":
+        model = Qwen2ForCausalLM(Qwen2Config(**small))
+    else:
+        extra = {"bias": {"attention_bias": True}, "gelu": {"hidden_act": "gelu"}}.get(case, {})
+        model = LlamaForCausalLM(LlamaConfig(**small, **extra))
+    if case == "peft":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    assert supported(model) is (case == "llama")
+    assert (FusedDecoder.of(model) is not None) is (case == "llama")
+
+
+async def test_engine_samples_the_same_tokens_either_way(tokenizer: Any) -> None:
+    torch.set_num_threads(1)
+    model = varied_model(tokenizer, seed=3)
+    fused = TransformersEngine(model, tokenizer, max_batch_size=4)
+    plain = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, fused_decode=False)
+    assert fused._pass.fused is not None and plain._pass.fused is None
+    try:
+        prompt = list(range(300, 340))
+        for p in (sampling(temperature=0.0, max_new_tokens=8), sampling(temperature=1.0, max_new_tokens=8, seed=3)):
+            got, want = await fused.generate(prompt, p), await plain.generate(prompt, p)
+            assert got.token_ids == want.token_ids
+            assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+    finally:
+        await fused.aclose()
+        await plain.aclose()
