@@ -1,0 +1,95 @@
+"""One decode step, fused (``arft.engines.fused_decode``) vs Hugging Face's forward, timed on the
+same batch state in the middle of a real multi-turn workload.
+
+Whole-workload timings on a shared 2-core machine swing by 15 % from run to run, more than the
+change measured here. This benchmark runs ``bench/engine_multiturn.py``'s workload (32 rollouts
+of three turns, the shared system prompt read once by cascade attention) through the engine
+once, and at every ``--every``-th decode step times the step's forward pass both ways on the very
+same rows and KV cache, alternating ``hf, fused, hf, fused`` (the cache is put back after each
+pass; the real step then runs as usual). It prints the median time of each by batch size and
+the ratio of the summed times.
+
+    python bench/decode_step.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from arft.pyfile import load_file
+
+MULTITURN = load_file(Path(__file__).resolve().parent / "engine_multiturn.py", "engine_multiturn")
+BUCKETS = ((2, 8), (9, 16), (17, 24), (25, 32))
+
+
+def timed_steps(engine: Any, every: int) -> dict[str, list[tuple[int, float]]]:
+    """Wrap ``engine``'s decode step so every ``every``-th one (of two rows or more) is timed
+    both ways first; returns the ``(rows, seconds)`` lists it fills."""
+    import torch
+
+    times: dict[str, list[tuple[int, float]]] = {"hf": [], "fused": []}
+    step = engine._decode_step
+    count = [0]
+
+    def decode_step(batch: Any) -> None:
+        count[0] += 1
+        if count[0] % every == 0 and batch.size >= 2:
+            saved = [(layer.keys, layer.values) for layer in batch.cache.layers]
+            ids = torch.tensor([[r.tokens[-1]] for r in batch.rows])
+            positions = torch.tensor([[r.next_position] for r in batch.rows])
+            mask = torch.cat([batch.mask, batch.mask.new_ones((batch.size, 1))], dim=1)
+            fused = engine._pass.fused
+            for name in ("hf", "fused", "hf", "fused"):
+                for layer, (k, v) in zip(batch.cache.layers, saved):
+                    layer.keys, layer.values = k, v  # the appended token is forgotten
+                engine._pass.fused = fused if name == "fused" else None
+                start = time.perf_counter()
+                engine._pass(ids, positions, mask, batch.cache, batch.shared)
+                times[name].append((batch.size, time.perf_counter() - start))
+            engine._pass.fused = fused
+            for layer, (k, v) in zip(batch.cache.layers, saved):
+                layer.keys, layer.values = k, v
+        step(batch)
+
+    engine._decode_step = decode_step
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--every", type=int, default=5, help="time every N-th decode step (default 5)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    args = parser.parse_args()
+
+    import torch
+
+    from arft.engines.transformers_engine import TransformersEngine
+    from arft.models.loading import load_model
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load_model("smollm2-135m-instruct", dtype="auto", device="cpu")
+    engine = TransformersEngine(model, tokenizer, max_batch_size=32)
+    if engine._pass.fused is None:
+        raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.fused_decode)")
+    work = MULTITURN.Workload(tokenizer, 8, 4)
+    times = timed_steps(engine, args.every)
+    tokens, seconds = asyncio.run(MULTITURN.run_engine(engine, work, 64))
+    print(f"model smollm2-135m-instruct {str(model.dtype).removeprefix('torch.')}, {args.threads} threads; "
+          f"{tokens} tokens in {seconds:.1f} s (timed steps included)")
+    for lo, hi in BUCKETS:
+        hf = [t for rows, t in times["hf"] if lo <= rows <= hi]
+        fused = [t for rows, t in times["fused"] if lo <= rows <= hi]
+        if hf:
+            print(f"  {lo:2d}-{hi:2d} rows: {len(hf) // 2:3d} steps, HF forward {statistics.median(hf) * 1e3:6.1f} ms, "
+                  f"fused {statistics.median(fused) * 1e3:6.1f} ms")
+    total = {name: sum(t for _, t in pairs) for name, pairs in times.items()}
+    print(f"fused decode step: {total['hf'] / total['fused']:.2f}x HF's forward (summed over the timed steps)")
+
+
+if __name__ == "__main__":
+    main()
