@@ -138,11 +138,13 @@ def _decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
     elif rest is not None:
         rest = rest.to(query.dtype)
     o2, l2 = _flash(q, key[:, :, shared:], value[:, :, shared:], rest, scale)
-    # the log-sum-exp merge; the row's newest token is in its rest, so l2 is finite
+    # The log-sum-exp merge (in float32: the kernel's log-sum-exps are float32 for every dtype).
+    # It relies on the rest never being fully masked (the kernel would give 0, not -inf): the
+    # row's newest token is always there.
     top = torch.maximum(l1, l2)
     a1, a2 = (l1 - top).exp_().unsqueeze(-1), (l2 - top).exp_().unsqueeze(-1)
     out = (o1 * a1 + o2 * a2) / (a1 + a2)  # [B, Hkv, g, D]
-    return out.reshape(b, 1, hq, d)
+    return out.to(query.dtype).reshape(b, 1, hq, d)
 
 
 def _flash(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", mask: "torch.Tensor | None",

@@ -14,9 +14,10 @@ step. ``FusedDecoder`` runs the same arithmetic with what the step needs and not
 It takes a model only when it can reproduce it: a ``LlamaForCausalLM`` on the CPU with SiLU
 MLPs, no projection biases, plain (or packed) linear layers and a dtype oneDNN packs here; any
 other model (a peft adapter, Qwen, a GPU) keeps Hugging Face's forward. Logits equal Hugging
-Face's within float rounding (the tests compare both, bit for bit on float32 here). The packs
-follow the weights as ``packed_linear`` does (redone when a weight changes; ``forget`` drops them).
-torch and transformers are imported lazily.
+Face's within float rounding (the tests compare both; on the embedded model in float32 they
+measured bit-identical). The packs follow the weights as ``packed_linear`` does (redone when a
+weight changes; ``forget`` drops them); the engine checks the model again on
+``clear_prefix_cache``. torch and transformers are imported lazily.
 """
 
 from __future__ import annotations

@@ -33,13 +33,21 @@ class ModelPass:
         self.cache_kwarg, self.kwargs = forward_kwargs(model)
         self.cascade = cascade_attention and on_cpu and cascade.enable(model)
         self.packed = packed_linears and on_cpu and packed_linear.enable(model) > 0
-        self.fused = FusedDecoder.of(model) if fused_decode and self.packed else None
+        self._fuse = fused_decode and self.packed
+        self.fused = FusedDecoder.of(model) if self._fuse else None
+
+    def refresh(self) -> None:
+        """Check again whether the fused decoder reproduces the model (an adapter injected into
+        it, a cast or a move since: it may no longer)."""
+        self.fused = FusedDecoder.of(self.model) if self._fuse else None
 
     def __call__(self, ids: "torch.Tensor", positions: "torch.Tensor", mask: "torch.Tensor", cache: Any,
                  shared: int = 0) -> "torch.Tensor":
         """``ids``/``positions`` ``[B, S]``, ``mask`` ``[B, T]`` over the cache and these tokens;
         ``shared``: leading columns every row holds the same (cascade attention reads them once)."""
-        if ids.shape[1] == 1 and self.fused is not None:
+        import torch
+
+        if ids.shape[1] == 1 and self.fused is not None and not torch.is_grad_enabled():
             return self.fused.logits(ids, positions, mask, cache, shared)
         extra = {cascade.KEYWORD: shared} if self.cascade else {}
         with packed_linear.packed_passes() if self.packed else contextlib.nullcontext():

@@ -133,9 +133,11 @@ class TransformersEngine:
         return cls(model, tokenizer, **transformers_options(spec))
 
     def clear_prefix_cache(self) -> None:
-        """Forget stored prefixes and packed weights: call it after a peft adapter switch or merge."""
+        """Forget stored prefixes and packed weights, and check the forward paths again: call it
+        after a peft adapter switch, merge or injection."""
         self.prefix_cache.clear()
         packed_linear.forget(self.model)
+        self._pass.refresh()
 
     def write_weights(self, write: Callable[[Any], None]) -> None:
         """Call ``write(model)`` between two forward passes (from any thread but the worker's; it

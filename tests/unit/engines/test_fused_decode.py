@@ -4,6 +4,7 @@ tokens with it as without it."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from arft.engines import packed_linear
-from arft.engines.cascade import KEYWORD, MIN_SHARED
+from arft.engines.cascade import MIN_SHARED
 from arft.engines.fused_decode import FusedDecoder, supported
 from arft.engines.kv_batch import growing_layer
 from arft.engines.transformers_engine import TransformersEngine
@@ -44,24 +45,26 @@ def prefilled(model: Any, shared: int) -> tuple[Any, torch.Tensor, torch.Tensor]
     return (cache, torch.cat([mask, mask.new_ones(3, 1)], dim=1)), nxt, positions[:, -1:] + 1
 
 
-def hf_step(model: Any, cache: Any, mask: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
-            shared: int) -> torch.Tensor:
+def hf_step(model: Any, cache: Any, mask: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's own decode step (``model`` on stock sdpa, no keyword: no arft attention)."""
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                    **{cache_keyword(model): cache, KEYWORD: shared})
+                    **{cache_keyword(model): cache})
     return out.logits[:, -1]
 
 
 @pytest.mark.parametrize("shared", [0, MIN_SHARED + 4])
 def test_logits_equal_hugging_faces(tokenizer: Any, shared: int) -> None:
     model = varied_model(tokenizer, seed=1)
+    reference = copy.deepcopy(model)
+    reference.set_attn_implementation("sdpa")
     TransformersEngine(model, tokenizer)  # the engine's model: cascade attention, packed linears
-    (cache, mask), ids, positions = prefilled(model, shared)
+    (cache, mask), ids, positions = prefilled(reference, shared)
     decoder = FusedDecoder.of(model)
     assert decoder is not None
     for step in range(3):  # the caches grow alike, step after step
         mine = copy.deepcopy(cache)
-        want = hf_step(model, cache, mask, ids, positions, shared)
+        want = hf_step(reference, cache, mask, ids, positions)
         with torch.no_grad():
             got = decoder.logits(ids, positions, mask, mine, shared)
         assert torch.allclose(got, want, atol=1e-4), (step, (got - want).abs().max())
@@ -84,7 +87,7 @@ def test_follows_a_weight_written_in_place(tokenizer: Any) -> None:
             layer.self_attn.k_proj.weight.mul_(1.5)
             layer.mlp.up_proj.weight.add_(0.05)
         after = decoder.logits(ids, positions, mask, copy.deepcopy(cache))
-    want = hf_step(model, cache, mask, ids, positions, 0)
+    want = hf_step(model, cache, mask, ids, positions)
     assert not torch.allclose(before, after, atol=1e-3)
     assert torch.allclose(after, want, atol=1e-4)
 
@@ -114,12 +117,32 @@ async def test_engine_samples_the_same_tokens_either_way(tokenizer: Any) -> None
     fused = TransformersEngine(model, tokenizer, max_batch_size=4)
     plain = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, fused_decode=False)
     assert fused._pass.fused is not None and plain._pass.fused is None
+    system = list(range(300, 300 + MIN_SHARED + 8))  # shared by every row: cascade attention
+    prompts = [system + [400 + i] * (i + 1) for i in range(3)]
     try:
-        prompt = list(range(300, 340))
         for p in (sampling(temperature=0.0, max_new_tokens=8), sampling(temperature=1.0, max_new_tokens=8, seed=3)):
-            got, want = await fused.generate(prompt, p), await plain.generate(prompt, p)
-            assert got.token_ids == want.token_ids
-            assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+            got = await asyncio.gather(*(fused.generate(q, p) for q in prompts))
+            want = await asyncio.gather(*(plain.generate(q, p) for q in prompts))
+            for g, w in zip(got, want):
+                assert g.token_ids == w.token_ids
+                assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+        assert fused.stats.cascade_steps > 0 and fused.stats.decode_steps > 0
     finally:
         await fused.aclose()
         await plain.aclose()
+
+
+async def test_an_adapter_injected_later_turns_the_fused_step_off(tokenizer: Any) -> None:
+    from peft import LoraConfig, inject_adapter_in_model
+
+    model = varied_model(tokenizer, seed=5)
+    engine = TransformersEngine(model, tokenizer, max_batch_size=2)
+    try:
+        assert engine._pass.fused is not None
+        inject_adapter_in_model(LoraConfig(r=2, target_modules=["q_proj", "v_proj"]), model)
+        engine.clear_prefix_cache()  # what the docs ask for after an adapter change
+        assert engine._pass.fused is None
+        gen = await engine.generate(list(range(300, 320)), sampling(temperature=0.0, max_new_tokens=4))
+        assert len(gen.token_ids) == 4
+    finally:
+        await engine.aclose()
