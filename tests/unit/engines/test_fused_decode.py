@@ -75,6 +75,39 @@ def test_logits_equal_hugging_faces(tokenizer: Any, shared: int) -> None:
         mask = torch.cat([mask, mask.new_ones(3, 1)], dim=1)
 
 
+@pytest.mark.parametrize("cached", [True, False])
+def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool) -> None:
+    # a short prefill of 6 new tokens per row (one row's new tokens left-padded to 2), after a
+    # cached history or into an empty cache (padding positions before any real column)
+    model = varied_model(tokenizer, seed=6)
+    reference = copy.deepcopy(model)
+    packed_linear.enable(model)
+    decoder = FusedDecoder.of(model)
+    assert decoder is not None
+    if cached:
+        (cache, mask), _, positions = prefilled(reference, 0)
+        mask = mask[:, :-1]
+        start = positions
+    else:
+        from transformers import DynamicCache
+
+        cache, mask, start = DynamicCache(), torch.zeros(3, 0, dtype=torch.long), torch.zeros(3, 1, dtype=torch.long)
+        cache.layer_class_to_replicate = growing_layer()
+    ids = torch.randint(300, 900, (3, 6), generator=torch.Generator().manual_seed(7))
+    new = torch.ones(3, 6, dtype=torch.long)
+    new[1, :4] = 0
+    positions = start + (new.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.cat([mask, new], dim=1)
+    mine = copy.deepcopy(cache)
+    want = hf_step(reference, cache, mask, ids, positions)
+    with torch.no_grad():
+        got = decoder.logits(ids, positions, mask, mine)
+    assert torch.allclose(got, want, atol=1e-4), (got - want).abs().max()
+    real = mask.bool()
+    for a, b in zip(mine.layers, cache.layers):  # the real columns of the caches agree
+        assert torch.allclose(a.keys.transpose(1, 2)[real], b.keys.transpose(1, 2)[real], atol=1e-5)
+
+
 def test_follows_a_weight_written_in_place(tokenizer: Any) -> None:
     model = varied_model(tokenizer, seed=2)
     packed_linear.enable(model)
