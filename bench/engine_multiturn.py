@@ -17,8 +17,8 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
   to measure what cascade attention adds.
 - ``kv-unpacked``: ``engine+kv`` with its linear layers on ``F.linear`` instead of oneDNN's
   prepacked weights (``arft.engines.packed_linear``), to measure what packing adds.
-- ``kv-hf-forward``: ``engine+kv`` with decode steps run by Hugging Face's forward instead of
-  the fused decode step (``arft.engines.fused_decode``), to measure what fusing adds.
+- ``kv-hf-forward``: ``engine+kv`` with decode steps and short prefills run by Hugging Face's
+  forward instead of the fused step (``arft.engines.fused_decode``), to measure what fusing adds.
 
 Counted: generated tokens (up to and including eos) per wall-clock second over the whole
 workload, prefill included. The systems run one after another in every repeat, alternating.

@@ -83,15 +83,28 @@ def cascade_attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", v
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     mark = kwargs.pop(KEYWORD, None)
-    fast = mark is not None and _plain_call(query, dropout, kwargs)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     shared = int(mark or 0)
-    if fast and query.shape[2] == 1 and reads_once(shared, query.shape[0]) and shared < key.shape[2]:
-        return _decode(query, key, value, attention_mask, shared, scale), None
-    if fast and query.shape[2] > 1 and attention_mask is not None and key.shape[1] != query.shape[1]:
-        return _grouped(query, key, value, attention_mask, scale), None
+    grouped_prefill = query.shape[2] > 1 and attention_mask is not None and key.shape[1] != query.shape[1]
+    if mark is not None and _plain_call(query, dropout, kwargs) and (cascades(query, key, shared) or grouped_prefill):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return attend(query, key, value, attention_mask, shared, scale), None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                   scaling=scaling, **kwargs)
+
+
+def cascades(query: "torch.Tensor", key: "torch.Tensor", shared: int) -> bool:
+    """Whether attention of ``query`` over ``key`` reads ``shared`` leading columns once: single-token
+    queries of two or more rows, with columns of their own after the shared ones."""
+    return query.shape[2] == 1 and reads_once(shared, query.shape[0]) and shared < key.shape[2]
+
+
+def attend(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
+           shared: int, scale: float) -> "torch.Tensor":
+    """``[B, q, Hq, D]``: cascade where ``cascades``, else sdpa on the key/value heads as they are
+    (no gradient: the engine's passes)."""
+    if cascades(query, key, shared):
+        return _decode(query, key, value, mask, shared, scale)
+    return _grouped(query, key, value, mask, scale)
 
 
 def _plain_call(query: "torch.Tensor", dropout: float, kwargs: dict[str, Any]) -> bool:
@@ -104,7 +117,7 @@ def _plain_call(query: "torch.Tensor", dropout: float, kwargs: dict[str, Any]) -
             and all(kwargs.get(k) is None for k in special))
 
 
-def _grouped(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor",
+def _grouped(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
              scale: float) -> "torch.Tensor":
     """Masked attention of a grouped-query model without copying each key/value head to its query
     heads (Hugging Face's sdpa path does, for every masked call): on a 2-core CPU a 24-row prefill's

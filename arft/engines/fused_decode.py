@@ -8,9 +8,10 @@ step. ``FusedDecoder`` runs the same arithmetic with what the step needs and not
 
 - q, k and v are one product with their weights stacked, and so are gate and up (oneDNN packed
   weights, ``packed_linear.packed``): fewer, wider products run faster at decode's few rows;
-- RMSNorm is ``F.rms_norm`` in float32 (Hugging Face's formula otherwise), rotary embeddings come
-  from the model's own rotary module, attention is ``arft.engines.cascade`` (the shared prefix
-  read once, key/value heads never copied), and the cache is the batch's own (``cache.update``).
+- RMSNorm is ``F.rms_norm`` in float32 (the model's own norm otherwise), rotary embeddings come
+  from the model's own rotary module and Hugging Face's ``apply_rotary_pos_emb``, attention is
+  ``cascade.attend`` (the shared prefix read once, key/value heads never copied, the mask made
+  once a pass), and the cache is the batch's own (``cache.update``).
 
 Prefills of up to ``packed_linear.MAX_ROWS`` token rows take it too (a tool result of a hundred
 tokens: about 5 % faster, and the projections are packed only once, fused); longer ones keep
@@ -59,11 +60,12 @@ class FusedDecoder:
         cache once these tokens are appended; ``shared``: leading columns every row holds the
         same (read once by a decode step)."""
         import torch.nn.functional as F
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
         model, (b, s) = self.model.model, ids.shape
         hidden = model.embed_tokens(ids)
-        cos, sin = (x.unsqueeze(1) for x in model.rotary_emb(hidden, positions))
-        keep = _keep(mask, s)
+        cos, sin = model.rotary_emb(hidden, positions)
+        keep = _keep(mask, s, hidden.dtype)
         q_end, k_end = self.heads * self.head_dim, (self.heads + self.kv_heads) * self.head_dim
         for i, layer in enumerate(model.layers):
             attn, mlp = layer.self_attn, layer.mlp
@@ -71,8 +73,9 @@ class FusedDecoder:
             q = qkv[..., :q_end].view(b, s, self.heads, self.head_dim).transpose(1, 2)
             k = qkv[..., q_end:k_end].view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
             v = qkv[..., k_end:].view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-            keys, values = cache.update(_rotate(k, cos, sin), v, i)
-            out = self._attend(_rotate(q, cos, sin), keys, values, keep, shared)
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            keys, values = cache.update(k, v, i)
+            out = cascade.attend(q, keys, values, keep, shared, self.scale)
             hidden = hidden + _linear(out.reshape(b, s, q_end), attn.o_proj, [attn.o_proj])
             gate_up = _linear(_norm(hidden, layer.post_attention_layernorm), mlp, [mlp.gate_proj, mlp.up_proj])
             act = F.silu(gate_up[..., :self.intermediate]) * gate_up[..., self.intermediate:]
@@ -80,28 +83,19 @@ class FusedDecoder:
         head = self.model.lm_head
         return _linear(_norm(hidden[:, -1], model.norm), head, [head])
 
-    def _attend(self, q: "torch.Tensor", keys: "torch.Tensor", values: "torch.Tensor", keep: "torch.Tensor",
-                shared: int) -> "torch.Tensor":
-        """``[B, S, Hq, D]``: cascade for a decode step whose rows share a prefix, else sdpa on
-        the key/value heads."""
-        if q.shape[2] == 1 and cascade.reads_once(shared, q.shape[0]) and shared < keys.shape[2]:
-            return cascade._decode(q, keys, values, keep, shared, self.scale)
-        return cascade._grouped(q, keys, values, keep, self.scale)
-
-
-def _keep(mask: "torch.Tensor", s: int) -> "torch.Tensor":
-    """The boolean attention mask ``[B, 1, S, T]`` of ``s`` new tokens in the last columns of
-    ``mask``: a column is seen where it is real and not after the query. A query that would see
-    nothing (a padding position before any real column) sees every column instead: its output
-    is never used, and must not be NaN."""
+def _keep(mask: "torch.Tensor", s: int, dtype: "torch.dtype") -> "torch.Tensor":
+    """The additive attention mask ``[B, 1, S, T]`` (0 or -inf, in ``dtype``: made once per pass,
+    not per layer) of ``s`` new tokens in the last columns of ``mask``: a column is seen where it
+    is real and not after the query. A query that would see nothing (a padding position before any
+    real column) sees every column instead: its output is never used, and must not be NaN."""
     import torch
 
     keep = mask.bool()[:, None, None, :]
-    if s == 1:
-        return keep
-    t = mask.shape[1]
-    keep = keep & torch.ones(s, t, dtype=torch.bool, device=mask.device).tril(t - s)
-    return keep | ~keep.any(dim=-1, keepdim=True)
+    if s > 1:
+        t = mask.shape[1]
+        keep = keep & torch.ones(s, t, dtype=torch.bool, device=mask.device).tril(t - s)
+        keep = keep | ~keep.any(dim=-1, keepdim=True)
+    return torch.zeros(keep.shape, dtype=dtype, device=mask.device).masked_fill_(~keep, float("-inf"))
 
 
 def supported(model: Any) -> bool:
@@ -130,20 +124,10 @@ def _linear(x: "torch.Tensor", owner: Any, layers: list[Any]) -> "torch.Tensor":
 
 
 def _norm(x: "torch.Tensor", norm: Any) -> "torch.Tensor":
-    """Hugging Face's ``LlamaRMSNorm``: one fused op in float32, its own formula otherwise."""
+    """Hugging Face's ``LlamaRMSNorm``: one fused op in float32, the module itself otherwise."""
     import torch
     import torch.nn.functional as F
 
     if x.dtype == torch.float32:
         return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
-
-
-def _rotate(x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> "torch.Tensor":
-    """Rotary position embedding (Hugging Face's ``apply_rotary_pos_emb`` for one tensor)."""
-    import torch
-
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    return norm(x)
