@@ -1,5 +1,6 @@
-"""One decode step, fused (``arft.engines.fused_decode``) vs Hugging Face's forward, timed on the
-same batch state in the middle of a real multi-turn workload.
+"""One decode step, and one batched prefill, fused (``arft.engines.fused_decode``, prefills without
+their padding: ``arft.engines.ragged``) vs Hugging Face's forward, timed on the same batch state
+in the middle of a real multi-turn workload.
 
 Whole-workload timings on a shared 2-core machine swing by 15 % from run to run, more than the
 change measured here. This benchmark runs ``bench/engine_multiturn.py``'s workload (32 rollouts
@@ -7,7 +8,9 @@ of three turns, the shared system prompt read once by cascade attention) through
 once, and at every ``--every``-th decode step times the step's forward pass both ways on the very
 same rows and KV cache, alternating ``hf, fused, hf, fused`` (the cache is put back after each
 pass; the real step then runs as usual). It prints the median time of each by batch size and
-the ratio of the summed times.
+the ratio of the summed times. Every prefill of two rows or more (an admission of several
+conversations' tool results, or of new prompts) is timed the same way, each pass on its own copy
+of the plan's cache.
 
     python bench/decode_step.py
 """
@@ -60,6 +63,32 @@ def timed_steps(engine: Any, every: int) -> dict[str, list[tuple[int, float]]]:
     return times
 
 
+def timed_prefills(engine: Any) -> list[tuple[tuple[int, int], float, float]]:
+    """Wrap ``engine``'s prefill pass so each one of two rows or more is timed both ways first
+    (``hf, fused, hf, fused``, each on a copy of the cache); returns the list of
+    ``(ids shape, HF seconds, fused seconds)`` it fills."""
+    import copy
+
+    times: list[tuple[tuple[int, int], float, float]] = []
+    run = engine._run
+
+    def timed(plan: Any) -> Any:
+        if plan.ids.shape[0] >= 2:
+            fused, spent = engine._pass.fused, {"hf": 0.0, "fused": 0.0}
+            for name in ("hf", "fused", "hf", "fused"):
+                cache = copy.deepcopy(plan.cache)
+                engine._pass.fused = fused if name == "fused" else None
+                start = time.perf_counter()
+                engine._pass(plan.ids, plan.positions, plan.mask, cache)
+                spent[name] += time.perf_counter() - start
+            engine._pass.fused = fused
+            times.append((tuple(plan.ids.shape), spent["hf"] / 2, spent["fused"] / 2))
+        return run(plan)
+
+    engine._run = timed
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--every", type=int, default=5, help="time every N-th decode step (default 5)")
@@ -78,6 +107,7 @@ def main() -> None:
         raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.fused_decode)")
     work = MULTITURN.Workload(tokenizer, 8, 4)
     times = timed_steps(engine, args.every)
+    prefills = timed_prefills(engine)
     tokens, seconds = asyncio.run(MULTITURN.run_engine(engine, work, 64))
     print(f"model smollm2-135m-instruct {str(model.dtype).removeprefix('torch.')}, {args.threads} threads; "
           f"{tokens} tokens in {seconds:.1f} s (timed steps included)")
@@ -89,6 +119,12 @@ def main() -> None:
                   f"fused {statistics.median(fused) * 1e3:6.1f} ms")
     total = {name: sum(t for _, t in pairs) for name, pairs in times.items()}
     print(f"fused decode step: {total['hf'] / total['fused']:.2f}x HF's forward (summed over the timed steps)")
+    for (rows, width), hf_s, fused_s in prefills:
+        print(f"  prefill of {rows:2d} rows (padded to {width:3d} new tokens): HF forward {hf_s * 1e3:6.0f} ms, "
+              f"fused {fused_s * 1e3:6.0f} ms")
+    if prefills:
+        ratio = sum(h for _, h, _ in prefills) / sum(f for _, _, f in prefills)
+        print(f"fused prefill: {ratio:.2f}x HF's forward (summed over {len(prefills)} prefills of 2 rows or more)")
 
 
 if __name__ == "__main__":

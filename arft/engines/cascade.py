@@ -14,7 +14,7 @@ flash/cascade attention), each part run by PyTorch's CPU flash-attention kernel.
 attention over the whole row within floating-point rounding.
 
 The engine's prefills take a second fast path: Hugging Face's ``sdpa`` copies every key/value head
-to its query heads whenever a mask is given (``repeat_kv``); ``_grouped`` lets sdpa read the
+to its query heads whenever a mask is given (``repeat_kv``); ``grouped`` lets sdpa read the
 key/value heads as they are, which halves a batched prefill's attention time on a 2-core CPU.
 
 The engine passes ``arft_shared_prefix=shared`` (0 when nothing is shared) to the model's forward;
@@ -78,7 +78,7 @@ def cascade_attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", v
     ``[B, Hkv, T, D]``; returns ``[B, q, Hq, D]``. Only the engine's passes (``kwargs[KEYWORD]``
     present) that need no gradient take the fast paths: single-token queries of two or more rows
     sharing at least ``MIN_SHARED`` leading columns cascade (``_decode``), and a masked prefill of
-    a grouped-query model runs sdpa on the key/value heads as they are (``_grouped``). Every other
+    a grouped-query model runs sdpa on the key/value heads as they are (``grouped``). Every other
     call is Hugging Face's ``sdpa`` unchanged."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -104,7 +104,7 @@ def attend(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", ma
     (no gradient: the engine's passes)."""
     if cascades(query, key, shared):
         return _decode(query, key, value, mask, shared, scale)
-    return _grouped(query, key, value, mask, scale)
+    return grouped(query, key, value, mask, scale)
 
 
 def _plain_call(query: "torch.Tensor", dropout: float, kwargs: dict[str, Any]) -> bool:
@@ -117,7 +117,7 @@ def _plain_call(query: "torch.Tensor", dropout: float, kwargs: dict[str, Any]) -
             and all(kwargs.get(k) is None for k in special))
 
 
-def _grouped(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
+def grouped(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
              scale: float) -> "torch.Tensor":
     """Masked attention of a grouped-query model without copying each key/value head to its query
     heads (Hugging Face's sdpa path does, for every masked call): on a 2-core CPU a 24-row prefill's

@@ -3,8 +3,8 @@
 - ``cascade``: the model's attention is ``arft.engines.cascade`` (the engine passes the columns
   its rows share; masked prefills keep their key/value heads uncopied);
 - ``packed``: linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``);
-- ``fused``: decode steps and prefills of up to ``packed_linear.MAX_ROWS`` token rows of a
-  Llama-family model run ``arft.engines.fused_decode`` instead of Hugging Face's forward.
+- ``fused``: decode steps and prefills of a Llama-family model run ``arft.engines.fused_decode``
+  instead of Hugging Face's forward (prefills without their padding: ``arft.engines.ragged``).
 
 Each is on where the device and the model allow it and the engine's switch (for comparisons)
 leaves it on; every other pass is the model's own forward with the cache it is given.
@@ -47,7 +47,8 @@ class ModelPass:
         ``shared``: leading columns every row holds the same (cascade attention reads them once)."""
         import torch
 
-        if self.fused is not None and ids.numel() <= packed_linear.MAX_ROWS and not torch.is_grad_enabled():
+        if self.fused is not None and not torch.is_grad_enabled() and (
+                ids.shape[1] == 1 or bool(mask[:, -ids.shape[1]:].any(dim=1).all())):  # a new token a row
             return self.fused.logits(ids, positions, mask, cache, shared)
         extra = {cascade.KEYWORD: shared} if self.cascade else {}
         with packed_linear.packed_passes() if self.packed else contextlib.nullcontext():

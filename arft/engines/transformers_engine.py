@@ -76,7 +76,7 @@ class TransformersEngine:
     ``stats`` counts prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the
     prefix store reused. ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False``
     runs Hugging Face's sdpa as it is (see ``arft.engines.cascade``), ``fused_decode=False`` its
-    forward for decode steps and short prefills (``arft.engines.fused_decode``; both for
+    forward for decode steps and prefills (``arft.engines.fused_decode``; both for
     comparisons); ``packed_linears``: see ``arft.engines.packed_linear`` and ``engine.packed_linears``."""
 
     supports_constraints = True

@@ -75,10 +75,12 @@ def test_logits_equal_hugging_faces(tokenizer: Any, shared: int) -> None:
         mask = torch.cat([mask, mask.new_ones(3, 1)], dim=1)
 
 
-@pytest.mark.parametrize("cached", [True, False])
-def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool) -> None:
-    # a short prefill of 6 new tokens per row (one row's new tokens left-padded to 2), after a
-    # cached history or into an empty cache (padding positions before any real column)
+@pytest.mark.parametrize(("cached", "width"), [(True, 6), (False, 6), (True, packed_linear.MAX_ROWS // 2)])
+def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width: int) -> None:
+    # a prefill of `width` new tokens per row (one row's new tokens left-padded to 2), after a
+    # cached history or into an empty cache (padding positions before any real column); the
+    # padding is not run (arft.engines.ragged); a long one (more than MAX_ROWS real tokens) runs
+    # F.linear instead of the packed products
     model = varied_model(tokenizer, seed=6)
     reference = copy.deepcopy(model)
     packed_linear.enable(model)
@@ -93,9 +95,9 @@ def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool) -> Non
 
         cache, mask, start = DynamicCache(), torch.zeros(3, 0, dtype=torch.long), torch.zeros(3, 1, dtype=torch.long)
         cache.layer_class_to_replicate = growing_layer()
-    ids = torch.randint(300, 900, (3, 6), generator=torch.Generator().manual_seed(7))
-    new = torch.ones(3, 6, dtype=torch.long)
-    new[1, :4] = 0
+    ids = torch.randint(300, 900, (3, width), generator=torch.Generator().manual_seed(7))
+    new = torch.ones(3, width, dtype=torch.long)
+    new[1, :width - 2] = 0
     positions = start + (new.cumsum(-1) - 1).clamp(min=0)
     mask = torch.cat([mask, new], dim=1)
     mine = copy.deepcopy(cache)
@@ -179,3 +181,22 @@ async def test_an_adapter_injected_later_turns_the_fused_step_off(tokenizer: Any
         assert len(gen.token_ids) == 4
     finally:
         await engine.aclose()
+
+
+def test_a_prefill_row_without_new_tokens_keeps_hugging_faces_forward(tokenizer: Any) -> None:
+    # the ragged prefill needs a real new token in every row; a pass without one is the model's own
+    from transformers import DynamicCache
+
+    from arft.engines.model_pass import ModelPass
+
+    model = varied_model(tokenizer, seed=8)
+    reference = copy.deepcopy(model)
+    step = ModelPass(model, on_cpu=True)
+    assert step.fused is not None
+    ids = torch.randint(300, 900, (2, 4), generator=torch.Generator().manual_seed(9))
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]])
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        got = step(ids, positions, mask, DynamicCache())
+    want = hf_step(reference, DynamicCache(), mask, ids, positions)
+    assert torch.allclose(got[0], want[0], atol=1e-4)
