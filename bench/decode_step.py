@@ -10,7 +10,8 @@ same rows and KV cache, alternating ``hf, fused, hf, fused`` (the cache is put b
 pass; the real step then runs as usual). It prints the median time of each by batch size and
 the ratio of the summed times. Every prefill of two rows or more (an admission of several
 conversations' tool results, or of new prompts) is timed the same way, each pass on its own copy
-of the plan's cache.
+of the plan's cache; every prefill that carries the running rows' decode step is timed as two
+passes and as one.
 
     python bench/decode_step.py
 """
@@ -63,16 +64,21 @@ def timed_steps(engine: Any, every: int) -> dict[str, list[tuple[int, float]]]:
     return times
 
 
-def timed_prefills(engine: Any) -> list[tuple[tuple[int, int], float, float]]:
+def timed_prefills(engine: Any, mixed: list[tuple[int, float, float]]) -> list[tuple[tuple[int, int], float, float]]:
     """Wrap ``engine``'s prefill pass so each one of two rows or more is timed both ways first
     (``hf, fused, hf, fused``, each on a copy of the cache); returns the list of
-    ``(ids shape, HF seconds, fused seconds)`` it fills."""
+    ``(ids shape, HF seconds, fused seconds)`` it fills. Each prefill that carries the running
+    rows' decode step is also timed as two passes and as one (``ModelPass.step_and_prefill``),
+    alternating, on copies of both caches: ``(running rows, two passes' seconds, one pass's)`` in
+    ``mixed``."""
     import copy
 
     times: list[tuple[tuple[int, int], float, float]] = []
     run = engine._run
 
-    def timed(plan: Any) -> Any:
+    def timed(plan: Any, along: Any = None) -> Any:
+        if along is not None:
+            mixed.append(time_mixed(engine, plan, along))
         if plan.ids.shape[0] >= 2:
             fused, spent = engine._pass.fused, {"hf": 0.0, "fused": 0.0}
             for name in ("hf", "fused", "hf", "fused"):
@@ -83,10 +89,33 @@ def timed_prefills(engine: Any) -> list[tuple[tuple[int, int], float, float]]:
                 spent[name] += time.perf_counter() - start
             engine._pass.fused = fused
             times.append((tuple(plan.ids.shape), spent["hf"] / 2, spent["fused"] / 2))
-        return run(plan)
+        return run(plan, along)
 
     engine._run = timed
     return times
+
+
+def time_mixed(engine: Any, plan: Any, along: Any) -> tuple[int, float, float]:
+    """A decode step of ``along`` and ``plan``'s prefill, as two passes and as one (alternating,
+    each on copies of both caches); ``along`` is left as it was."""
+    import copy
+
+    mask = along.mask
+    step = along.step_inputs(engine.device, engine._pass.cascade)
+    along.mask = mask
+    spent = {"two": 0.0, "one": 0.0}
+    for name in ("two", "one", "two", "one"):
+        ids, positions, step_mask, cache, shared = step
+        mine = (ids, positions, step_mask, copy.deepcopy(cache), shared)
+        fill = (plan.ids, plan.positions, plan.mask, copy.deepcopy(plan.cache), 0)
+        start = time.perf_counter()
+        if name == "two":
+            engine._pass(*mine)
+            engine._pass(*fill)
+        else:
+            engine._pass.step_and_prefill(mine, fill)
+        spent[name] += time.perf_counter() - start
+    return along.size, spent["two"] / 2, spent["one"] / 2
 
 
 def main() -> None:
@@ -107,7 +136,8 @@ def main() -> None:
         raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.fused_decode)")
     work = MULTITURN.Workload(tokenizer, 8, 4)
     times = timed_steps(engine, args.every)
-    prefills = timed_prefills(engine)
+    mixed: list[tuple[int, float, float]] = []
+    prefills = timed_prefills(engine, mixed)
     tokens, seconds = asyncio.run(MULTITURN.run_engine(engine, work, 64))
     print(f"model smollm2-135m-instruct {str(model.dtype).removeprefix('torch.')}, {args.threads} threads; "
           f"{tokens} tokens in {seconds:.1f} s (timed steps included)")
@@ -125,6 +155,10 @@ def main() -> None:
     if prefills:
         ratio = sum(h for _, h, _ in prefills) / sum(f for _, _, f in prefills)
         print(f"fused prefill: {ratio:.2f}x HF's forward (summed over {len(prefills)} prefills of 2 rows or more)")
+    if mixed:
+        two, one = sum(t for _, t, _ in mixed), sum(o for _, _, o in mixed)
+        print(f"decode step in the prefill's pass: {two / one:.2f}x two passes ({len(mixed)} admissions next to "
+              f"{statistics.median(r for r, _, _ in mixed):.0f} running rows (median): {two:.1f} -> {one:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,11 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
   to measure what cascade attention adds.
 - ``kv-unpacked``: ``engine+kv`` with its linear layers on ``F.linear`` instead of oneDNN's
   prepacked weights (``arft.engines.packed_linear``), to measure what packing adds.
-- ``kv-hf-forward``: ``engine+kv`` with decode steps and short prefills run by Hugging Face's
-  forward instead of the fused step (``arft.engines.fused_decode``), to measure what fusing adds.
+- ``kv-hf-forward``: ``engine+kv`` with decode steps and prefills run by Hugging Face's forward
+  instead of the fused pass (``arft.engines.fused_decode``), to measure what fusing adds.
+- ``kv-no-mix``: ``engine+kv`` with every decode step in a pass of its own, where ``engine+kv``
+  runs the running rows' step in the pass that prefills the rows joining them
+  (``ModelPass.step_and_prefill``), to measure what sharing the pass adds.
 
 Counted: generated tokens (up to and including eos) per wall-clock second over the whole
 workload, prefill included. The systems run one after another in every repeat, alternating.
@@ -49,7 +52,7 @@ EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name":
            '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
            '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
 TURNS = 3
-SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward")
+SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward", "kv-no-mix")
 
 
 def tool_result(task: int, turn: int) -> str:
@@ -135,12 +138,14 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
 
     options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
                "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False},
-               "kv-hf-forward": {"fused_decode": False}}
+               "kv-hf-forward": {"fused_decode": False}, "kv-no-mix": {}}
     # one model for every arm (same weights); the engines built first switch its attention and linear
     # layers, which other callers (HF generate, an arm with a switch off) run as sdpa and F.linear
     build = (lambda **kw: SnapshotEngine.of(model, work.tokenizer, merge_lora=True, **kw)) if lora else (
         lambda **kw: TransformersEngine(model, work.tokenizer, **kw))
     engines = {name: build(max_batch_size=32, **kw) for name, kw in options.items() if name in systems}
+    if "kv-no-mix" in engines:
+        engines["kv-no-mix"]._pass.mix = False
     if "hf" in systems:
         THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
     for engine in engines.values():

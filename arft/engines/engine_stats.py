@@ -17,6 +17,8 @@ class EngineStats:
     """Prefill forward passes (each admits one or more requests)."""
     decode_steps: int = 0
     """Decode forward passes (one token for every row in the batch)."""
+    steps_in_prefills: int = 0
+    """Decode steps run in a prefill's forward pass (their rows ride along its products)."""
     max_rows: int = 0
     """Most rows decoded together in one forward pass."""
     cascade_steps: int = 0

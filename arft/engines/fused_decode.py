@@ -38,6 +38,9 @@ from arft.engines.ragged import RaggedRows
 if TYPE_CHECKING:
     import torch
 
+PassInputs = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor", Any, int]
+"""One forward pass's ``(ids, positions, mask, cache, shared)`` (see ``FusedDecoder.logits``)."""
+
 
 class FusedDecoder:
     """``logits(ids, positions, mask, cache, shared)``: a decode step or a prefill of ``model`` (module doc)."""
@@ -91,6 +94,29 @@ class FusedDecoder:
             return rows.attend(q, keys, values, self.scale)
 
         return self._head(self._layers(hidden, rows.pack(positions)[None], attend)[0, rows.last])
+
+    def step_and_prefill(self, step: "PassInputs", fill: "PassInputs") -> tuple["torch.Tensor", "torch.Tensor"]:
+        """A decode step of one batch and a prefill of others in one pass (their tokens share the
+        projections; each attends over its own cache): the last-position logits of each."""
+        import torch
+
+        ids, positions, mask, cache, shared = step
+        fill_ids, fill_positions, fill_mask, fill_cache, _ = fill
+        b = ids.shape[0]
+        rows = RaggedRows(fill_mask[:, -fill_ids.shape[1]:], fill_mask, self.model.lm_head.weight.dtype)
+        hidden = self.model.model.embed_tokens(torch.cat([ids.reshape(-1), rows.pack(fill_ids)]))[None]
+        keep = _keep(mask, hidden.dtype)
+
+        def attend(i: int, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
+            one = [x[0, :, :b].transpose(0, 1).unsqueeze(2) for x in (q, k, v)]  # [b, heads, 1, head_dim]
+            keys, values = cache.update(one[1], one[2], i)
+            decoded = cascade.attend(one[0], keys, values, keep, shared, self.scale).reshape(1, b, -1)
+            keys, values = fill_cache.update(rows.unpack(k[:, :, b:]), rows.unpack(v[:, :, b:]), i)
+            return torch.cat([decoded, rows.attend(q[:, :, b:], keys, values, self.scale)], dim=1)
+
+        hidden = self._layers(hidden, torch.cat([positions.reshape(-1), rows.pack(fill_positions)])[None], attend)
+        logits = self._head(hidden[0, torch.cat([torch.arange(b, device=hidden.device), b + rows.last])])
+        return logits[:b], logits[b:]
 
     def _layers(self, hidden: "torch.Tensor", positions: "torch.Tensor",
                 attend: Callable[[int, "torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]

@@ -25,6 +25,8 @@ from arft.models.token_ids import common_prefix
 if TYPE_CHECKING:
     import torch
 
+    from arft.engines.fused_decode import PassInputs
+
 
 class KVBatch:
     """Rows decoded together: their left-padded attention mask ``[B, T]`` and KV cache."""
@@ -52,6 +54,17 @@ class KVBatch:
         from transformers.cache_utils import DynamicLayer
 
         return all(type(layer) in (DynamicLayer, growing_layer()) for layer in self.cache.layers)
+
+    def step_inputs(self, device: "torch.device", cascade: bool) -> "PassInputs":
+        """The inputs of this batch's next decode step: every row's last token at its next
+        position; the mask grows by a column. ``cascade``: pass the shared columns (full-attention
+        layers only)."""
+        import torch
+
+        ids = torch.tensor([[r.tokens[-1]] for r in self.rows], device=device)
+        positions = torch.tensor([[r.next_position] for r in self.rows], device=device)
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.size, 1))], dim=1)
+        return ids, positions, self.mask, self.cache, self.shared if cascade and self.mergeable else 0
 
     def _layers(self) -> list[Any]:
         return [layer for layer in self.cache.layers if layer.is_initialized and layer.keys.numel()]

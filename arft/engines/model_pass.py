@@ -4,7 +4,8 @@
   its rows share; masked prefills keep their key/value heads uncopied);
 - ``packed``: linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``);
 - ``fused``: decode steps and prefills of a Llama-family model run ``arft.engines.fused_decode``
-  instead of Hugging Face's forward (prefills without their padding: ``arft.engines.ragged``).
+  instead of Hugging Face's forward (prefills without their padding: ``arft.engines.ragged``),
+  and a decode step may share its pass with a prefill (``step_and_prefill``).
 
 Each is on where the device and the model allow it and the engine's switch (for comparisons)
 leaves it on; every other pass is the model's own forward with the cache it is given.
@@ -16,7 +17,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from arft.engines import cascade, packed_linear
-from arft.engines.fused_decode import FusedDecoder
+from arft.engines.fused_decode import FusedDecoder, PassInputs
 from arft.engines.hf_model import forward_kwargs
 
 if TYPE_CHECKING:
@@ -35,11 +36,29 @@ class ModelPass:
         self.packed = packed_linears and on_cpu and packed_linear.enable(model) > 0
         self._fuse = fused_decode and self.packed
         self.fused = FusedDecoder.of(model) if self._fuse else None
+        self.mix = True
+        """``step_and_prefill`` may run its two passes as one (off: for comparisons)."""
 
     def refresh(self) -> None:
         """Check again whether the fused decoder reproduces the model (an adapter injected into
         it, a cast or a move since: it may no longer)."""
         self.fused = FusedDecoder.of(self.model) if self._fuse else None
+
+    @property
+    def mixes(self) -> bool:
+        """Whether ``step_and_prefill`` runs its two passes as one (the fused path)."""
+        import torch
+
+        return self.mix and self.fused is not None and not torch.is_grad_enabled()
+
+    def step_and_prefill(self, step: PassInputs, fill: PassInputs) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """A decode step of one batch and a prefill of another (each ``(ids, positions, mask,
+        cache, shared)``): their last-position logits. One pass where ``mixes`` (the decode step's
+        rows ride along the prefill's products), else two."""
+        if self.mixes and bool(fill[2][:, -fill[0].shape[1]:].any(dim=1).all()):
+            assert self.fused is not None
+            return self.fused.step_and_prefill(step, fill)
+        return self(*step), self(*fill)
 
     def __call__(self, ids: "torch.Tensor", positions: "torch.Tensor", mask: "torch.Tensor", cache: Any,
                  shared: int = 0) -> "torch.Tensor":

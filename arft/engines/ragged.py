@@ -85,7 +85,7 @@ class RaggedRows:
             out = x.new_zeros((heads, u * s, dim))
             out.index_copy_(1, self.flat, x[0])
             x = out[None]
-        return x[0].view(heads, u, s, dim).transpose(0, 1)
+        return x[0].reshape(heads, u, s, dim).transpose(0, 1)
 
     def attend(self, query: "torch.Tensor", keys: "torch.Tensor", values: "torch.Tensor",
                scale: float) -> "torch.Tensor":

@@ -5,8 +5,8 @@ in an inbox; a background batcher task runs the decode loop in a worker thread (
 so the event loop keeps running the tools of other rollouts meanwhile.
 
 The decode loop keeps one left-padded batch with its KV cache. Before every decode step it admits
-waiting requests (up to ``max_batch_size`` rows): they are prefilled together and their cache is
-merged into the running one. Requests with different ``SamplingParams`` share a batch (per-row
+waiting requests (up to ``max_batch_size`` rows): they are prefilled together (in the pass of the
+running rows' decode step, where ``ModelPass.step_and_prefill`` can) and merged into the batch. Requests with different ``SamplingParams`` share a batch (per-row
 temperature, top-p, top-k, max_new_tokens, stop strings). A row leaves the batch as soon as it
 finishes and its caller gets the result at once, so a long row never makes short ones wait.
 
@@ -264,27 +264,30 @@ class TransformersEngine:
                 return
 
     def _admit_and_decode(self, batch: KVBatch | None, owned: list[Request]) -> KVBatch | None:
-        """Admit waiting requests while there is room, then one decode step for every row."""
+        """Admit waiting requests while there is room, and one decode step for every row (run in
+        the admission's prefill pass where the model pass can: ``ModelPass.step_and_prefill``)."""
         room = self.max_batch_size - (batch.size if batch else 0)
-        if room > 0 and (batch is None or batch.mergeable):
-            new = self._take(room)
-            owned.extend(new)
-            if new:
-                fresh = self._retire(self._prefill(new))
-                if batch is None:
-                    batch = fresh
-                elif fresh is not None:
-                    batch.merge(fresh)
-        if batch is None:
-            return None
-        self._decode_step(batch)
-        batch = self._retire(batch)
+        new = self._take(room) if room > 0 and (batch is None or batch.mergeable) else []
+        owned.extend(new)
+        decoded = False
+        if new:
+            along = batch if batch is not None and self._pass.mixes else None
+            fresh = self._retire(self._prefill(new, along))
+            if along is not None:  # its decode step ran in the prefill's pass
+                batch, decoded = self._retire(along), True
+            if batch is None:
+                batch = fresh
+            elif fresh is not None:
+                batch.merge(fresh)
+        if batch is not None and not decoded:
+            self._decode_step(batch)
+            batch = self._retire(batch)
         owned[:] = [r for r in owned if not r.delivered]
         return batch
 
-    def _prefill(self, requests: list[Request]) -> KVBatch:
+    def _prefill(self, requests: list[Request], along: KVBatch | None = None) -> KVBatch:
         """Run the prompts of ``requests`` (reusing stored prefixes, each distinct prompt once)
-        and sample each one's first token."""
+        and sample each one's first token; ``along``: a batch whose decode step shares the pass."""
         store = self.prefix_cache if self.prefix_cache.budget_bytes > 0 else None
         if store is not None:
             store.check_weights(weights_fingerprint(self.model))
@@ -293,7 +296,7 @@ class TransformersEngine:
         if common is not None:  # e.g. a system prompt with worked examples: run it once
             self._keep_kv(self._run(plan([common], store, self.device, self._new_cache()))[0],
                           0, common)
-        batch, logits = self._run(plan(prompts, store, self.device, self._new_cache()))
+        batch, logits = self._run(plan(prompts, store, self.device, self._new_cache()), along)
         self.stats.prompt_tokens += sum(len(p) for p in prompts)
         expand = batch.rows  # the distinct prompt of each request
         if expand != list(range(len(requests))):  # duplicates: copy their rows
@@ -303,10 +306,17 @@ class TransformersEngine:
         self._accept(batch.rows, logits)
         return batch
 
-    def _run(self, p: PrefillPlan) -> tuple[KVBatch, "torch.Tensor"]:
-        """One prefill forward pass; the batch's rows are ``p.expand`` until the caller sets them."""
+    def _run(self, p: PrefillPlan, along: KVBatch | None = None) -> tuple[KVBatch, "torch.Tensor"]:
+        """One prefill pass (with ``along``'s decode step); its rows are ``p.expand`` until set."""
         batch = KVBatch(list(p.expand), p.cache, p.mask, self.max_batch_size, p.shared_ids)
-        logits = self._pass(p.ids, p.positions, batch.mask, batch.cache)
+        fill = (p.ids, p.positions, batch.mask, batch.cache, 0)
+        if along is None:
+            logits = self._pass(*fill)
+        else:
+            step = along.step_inputs(self.device, self._pass.cascade)
+            step_logits, logits = self._pass.step_and_prefill(step, fill)
+            self._stepped(along, step[4], step_logits)
+            self.stats.steps_in_prefills += 1
         self.stats.prefills += 1
         self.stats.prefill_batch_sizes[p.ids.shape[0]] += 1
         self.stats.prefill_tokens += p.computed_tokens
@@ -328,13 +338,11 @@ class TransformersEngine:
 
     def _decode_step(self, batch: KVBatch) -> None:
         """Feed every row's last sampled token and sample the next one."""
-        import torch
+        step = batch.step_inputs(self.device, self._pass.cascade)
+        self._stepped(batch, step[4], self._pass(*step))
 
-        ids = torch.tensor([[r.tokens[-1]] for r in batch.rows], device=self.device)
-        positions = torch.tensor([[r.next_position] for r in batch.rows], device=self.device)
-        batch.mask = torch.cat([batch.mask, batch.mask.new_ones((batch.size, 1))], dim=1)
-        shared = batch.shared if self._pass.cascade and batch.mergeable else 0  # full-attention layers only
-        logits = self._pass(ids, positions, batch.mask, batch.cache, shared)
+    def _stepped(self, batch: KVBatch, shared: int, logits: "torch.Tensor") -> None:
+        """Count a decode step's pass and sample its tokens."""
         self.stats.decode_steps += 1
         self.stats.decode_batch_sizes[batch.size] += 1
         self.stats.cascade_steps += cascade.reads_once(shared, batch.size)

@@ -200,3 +200,32 @@ def test_a_prefill_row_without_new_tokens_keeps_hugging_faces_forward(tokenizer:
         got = step(ids, positions, mask, DynamicCache())
     want = hf_step(reference, DynamicCache(), mask, ids, positions)
     assert torch.allclose(got[0], want[0], atol=1e-4)
+
+
+async def test_a_decode_step_in_a_prefills_pass_samples_the_same_tokens(tokenizer: Any) -> None:
+    # requests that arrive while others decode are prefilled in the same pass as their decode step
+    torch.set_num_threads(1)
+    model = varied_model(tokenizer, seed=4)
+    mixed = TransformersEngine(model, tokenizer, max_batch_size=4)
+    plain = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, fused_decode=False)
+    system = list(range(300, 300 + MIN_SHARED + 8))
+    prompts = [system + [400 + i] * (3 * i + 1) for i in range(3)]
+    params = sampling(temperature=1.0, max_new_tokens=12, seed=5)
+
+    async def staggered(engine: TransformersEngine) -> list[Any]:
+        long = params.model_copy(update={"max_new_tokens": 200})  # still decoding when the others come
+        first = asyncio.ensure_future(engine.generate(prompts[0], long))
+        while engine.stats.decode_steps < 2:
+            await asyncio.sleep(0.001)
+        rest = await asyncio.gather(*(engine.generate(p, params) for p in prompts[1:]))
+        return [await first, *rest]
+
+    try:
+        got, want = await staggered(mixed), await staggered(plain)
+        for g, w in zip(got, want):
+            assert g.token_ids == w.token_ids
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+        assert mixed.stats.steps_in_prefills >= 1 and plain.stats.steps_in_prefills == 0
+    finally:
+        await mixed.aclose()
+        await plain.aclose()
