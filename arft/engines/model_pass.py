@@ -55,7 +55,7 @@ class ModelPass:
         """A decode step of one batch and a prefill of another (each ``(ids, positions, mask,
         cache, shared)``): their last-position logits. One pass where ``mixes`` (the decode step's
         rows ride along the prefill's products), else two."""
-        if self.mixes and bool(fill[2][:, -fill[0].shape[1]:].any(dim=1).all()):
+        if self.mixes and _new_token_each_row(fill[0], fill[2]):
             assert self.fused is not None
             return self.fused.step_and_prefill(step, fill)
         return self(*step), self(*fill)
@@ -66,11 +66,15 @@ class ModelPass:
         ``shared``: leading columns every row holds the same (cascade attention reads them once)."""
         import torch
 
-        if self.fused is not None and not torch.is_grad_enabled() and (
-                ids.shape[1] == 1 or bool(mask[:, -ids.shape[1]:].any(dim=1).all())):  # a new token a row
+        if self.fused is not None and not torch.is_grad_enabled() and _new_token_each_row(ids, mask):
             return self.fused.logits(ids, positions, mask, cache, shared)
         extra = {cascade.KEYWORD: shared} if self.cascade else {}
         with packed_linear.packed_passes() if self.packed else contextlib.nullcontext():
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                              **{self.cache_kwarg: cache}, **self.kwargs, **extra)
         return out.logits[:, -1, :]
+
+
+def _new_token_each_row(ids: "torch.Tensor", mask: "torch.Tensor") -> bool:
+    """Whether every row has a real token among ``ids`` (what the fused pass needs: ``RaggedRows``)."""
+    return ids.shape[1] == 1 or bool(mask[:, -ids.shape[1]:].any(dim=1).all())

@@ -6,9 +6,9 @@ so the event loop keeps running the tools of other rollouts meanwhile.
 
 The decode loop keeps one left-padded batch with its KV cache. Before every decode step it admits
 waiting requests (up to ``max_batch_size`` rows): they are prefilled together (in the pass of the
-running rows' decode step, where ``ModelPass.step_and_prefill`` can) and merged into the batch. Requests with different ``SamplingParams`` share a batch (per-row
-temperature, top-p, top-k, max_new_tokens, stop strings). A row leaves the batch as soon as it
-finishes and its caller gets the result at once, so a long row never makes short ones wait.
+running rows' decode step where ``ModelPass.step_and_prefill`` can) and merged into the batch.
+Requests with different ``SamplingParams`` share a batch (per-row temperature, top-p, top-k, stop
+strings). A finished row leaves at once, so a long row never makes short ones wait.
 
 Seeds: a request with ``seed`` draws from its own ``torch.Generator`` seeded with it, so the
 same prompt, params and seed give the same tokens whatever else shares the batch (up to
