@@ -22,6 +22,9 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
 - ``kv-no-mix``: ``engine+kv`` with every decode step in a pass of its own, where ``engine+kv``
   runs the running rows' step in the pass that prefills the rows joining them
   (``ModelPass.step_and_prefill``), to measure what sharing the pass adds.
+- ``kv-two-pools``: ``engine+kv`` without releasing OpenMP thread pools (``arft.cpu_threads``):
+  the main thread's pool (from loading the model and the ``hf`` arm) stays alive beside the
+  engine worker's, to measure what keeping one pool alive adds.
 
 Counted: generated tokens (up to and including eos) per wall-clock second over the whole
 workload, prefill included. The systems run one after another in every repeat, alternating.
@@ -38,11 +41,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 from arft.pyfile import load_file
 
@@ -52,7 +56,8 @@ EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name":
            '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
            '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
 TURNS = 3
-SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward", "kv-no-mix")
+SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward", "kv-no-mix",
+           "kv-two-pools")
 
 
 def tool_result(task: int, turn: int) -> str:
@@ -129,6 +134,27 @@ async def run_engine(engine: Any, work: Workload, new_tokens: int, rep: int = 0)
     return sum(counts), time.perf_counter() - start
 
 
+@contextlib.asynccontextmanager
+async def pools_kept(keep: bool, engine: Any) -> AsyncIterator[None]:
+    """While on (``keep``), ``arft.cpu_threads`` releases no OpenMP pool: every thread that ran torch
+    keeps its own, as before that module (the main thread's, as loading the model leaves it, too).
+    After, ``engine``'s thread releases the pool it kept, so that the other arms run as they would."""
+    import torch
+
+    from arft import cpu_threads
+
+    release = cpu_threads.release_pool
+    if keep:
+        cpu_threads.release_pool = lambda: False  # type: ignore[assignment]
+        torch.ones(1 << 20).add_(1)  # a parallel operator: this thread's pool
+    try:
+        yield
+    finally:
+        cpu_threads.release_pool = release  # type: ignore[assignment]
+        if keep:
+            await engine._thread.run(lambda: None)  # releases the main thread's pool, then its own
+
+
 async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
                   systems: list[str], lora: bool = False) -> dict[str, float]:
     """Median tok/s of each of ``systems`` over ``repeats`` alternating runs (``lora``: ``model``
@@ -138,7 +164,7 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
 
     options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
                "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False},
-               "kv-hf-forward": {"fused_decode": False}, "kv-no-mix": {}}
+               "kv-hf-forward": {"fused_decode": False}, "kv-no-mix": {}, "kv-two-pools": {}}
     # one model for every arm (same weights); the engines built first switch its attention and linear
     # layers, which other callers (HF generate, an arm with a switch off) run as sdpa and F.linear
     build = (lambda **kw: SnapshotEngine.of(model, work.tokenizer, merge_lora=True, **kw)) if lora else (
@@ -157,7 +183,8 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
                 tokens, seconds = run_hf(model, work, new_tokens)
             else:
                 engines[name].prefix_cache.clear()  # every repeat starts cold
-                tokens, seconds = await run_engine(engines[name], work, new_tokens, rep)
+                async with pools_kept(name == "kv-two-pools", engines[name]):
+                    tokens, seconds = await run_engine(engines[name], work, new_tokens, rep)
             rates[name].append(tokens / seconds)
             print(f"  run {rep + 1} {name:>13}: {tokens:5d} tokens in {seconds:6.1f} s = "
                   f"{tokens / seconds:6.1f} tok/s", flush=True)
@@ -205,7 +232,9 @@ def main() -> None:
     print("median tok/s: " + " | ".join(f"{name} {rate:.1f}" for name, rate in med.items()))
     ratios = [("engine+kv", "hf", " (goal >= 3)"), ("engine+kv", "engine", " (goal >= 1.5)"),
               ("engine", "hf", ""), ("engine+kv", "kv-no-cascade", ": cascade attention"),
-              ("engine+kv", "kv-unpacked", ": packed linears"), ("engine+kv", "kv-hf-forward", ": fused decode")]
+              ("engine+kv", "kv-unpacked", ": packed linears"), ("engine+kv", "kv-hf-forward", ": fused decode"),
+              ("engine+kv", "kv-no-mix", ": step in the prefill's pass"),
+              ("engine+kv", "kv-two-pools", ": one OpenMP pool")]
     print("ratios: " + " | ".join(f"{a} / {b}: {med[a] / med[b]:.2f}x{note}"
                                   for a, b, note in ratios if a in med and b in med))
 

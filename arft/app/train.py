@@ -35,6 +35,7 @@ from arft.app.learning import (EVAL_SEED_OFFSET, Hooks, Session, TrainResult, ap
                                evaluate_step, on_done, policy_engine, resume as resume_from,
                                sync_engine)
 from arft.app.run import job_record, open_run
+from arft import cpu_threads
 from arft.budget import budget_penalty, usage
 from arft.config import JobSpec
 from arft.data.splits import load_split
@@ -182,7 +183,7 @@ async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s
     if not batch.input_ids:
         update = {"update/tokens": 0.0}
     elif bound > 0:  # the next steps' rollouts are generated meanwhile, from the engine's own copy
-        update = await asyncio.to_thread(t.learner.update, batch)
+        update = await cpu_threads.to_thread(t.learner.update, batch)
     else:
         update = t.learner.update(batch)
     release_memory()

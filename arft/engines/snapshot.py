@@ -23,11 +23,11 @@ Memory: one more copy of the model in its training dtype (SmolLM2-135M in float3
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import time
 from typing import Any
 
+from arft import cpu_threads
 from arft.engines.hf_model import merged_copy
 from arft.engines.transformers_engine import TransformersEngine
 
@@ -68,7 +68,7 @@ class SnapshotEngine(TransformersEngine):
         model; the seconds it took. ``step`` (the weights' version) is only named in errors."""
         start = time.perf_counter()
         write = _write_merged if self.merged_lora else _copy_trainable
-        await asyncio.to_thread(self.write_weights, lambda model: write(policy, model, step))
+        await cpu_threads.to_thread(self.write_weights, lambda model: write(policy, model, step))
         return time.perf_counter() - start
 
 

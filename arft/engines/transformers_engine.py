@@ -1,8 +1,8 @@
 """The trainable engine: a Hugging Face causal LM served with continuous batching.
 
-Many rollouts call ``await engine.generate(prompt_ids, params)`` at once. Each call puts a request
-in an inbox; a background batcher task runs the decode loop in a worker thread (``to_thread``)
-so the event loop keeps running the tools of other rollouts meanwhile.
+Many rollouts call ``await engine.generate(prompt_ids, params)`` at once. Each call puts a request in
+an inbox; a background batcher task runs the decode loop in a worker thread (``arft.cpu_threads``:
+one OpenMP pool alive) so the event loop keeps running the tools of other rollouts meanwhile.
 
 The decode loop keeps one left-padded batch with its KV cache. Before every decode step it admits
 waiting requests (up to ``max_batch_size`` rows): they are prefilled together (in the pass of the
@@ -10,10 +10,9 @@ running rows' decode step where ``ModelPass.step_and_prefill`` can) and merged i
 Requests with different ``SamplingParams`` share a batch (per-row temperature, top-p, top-k, stop
 strings). A finished row leaves at once, so a long row never makes short ones wait.
 
-Seeds: a request with ``seed`` draws from its own ``torch.Generator`` seeded with it, so the
-same prompt, params and seed give the same tokens whatever else shares the batch (up to
-floating-point differences between batch shapes, which can flip a near tie). Requests without a
-seed share the engine's generator.
+Seeds: a request with ``seed`` draws from its own ``torch.Generator`` seeded with it, so the same
+prompt, params and seed give the same tokens whatever else shares the batch (up to floating-point
+differences between batch shapes, which can flip a near tie); the others share the engine's.
 
 Constrained tool calls: a request whose ``SamplingParams.grammar`` is set gets a grammar matcher
 (``arft.engines.grammar``); before each of its tokens is sampled, the logits of tokens the grammar
@@ -29,14 +28,14 @@ first). A new request prefills only what follows the longest prefix the store al
 rollout's next turn runs just its tool results; the K samples of a task run their shared prompt
 once, and a prefix common to all prompts of an admission (a system prompt, worked examples) is
 run once before them (``arft.engines.prefill``). The store is cleared whenever a weight changes.
-Decode steps read that common prefix once for all rows (``arft.engines.cascade``, on the CPU),
-and run the linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``), in
-a forward pass of their own for Llama-family models (``fused_decode``; see ``model_pass``).
-Rows' decoding state and finish rules: ``arft.engines.decode_rows``; the KV cache: ``kv_batch``.
+Decode steps read that common prefix once for all rows (``arft.engines.cascade``, on the CPU), and
+run the linear layers on oneDNN with prepacked weights (``packed_linear``), in a forward pass of their
+own for Llama-family models (``fused_decode``; see ``model_pass``). Rows' decoding state and finish
+rules: ``arft.engines.decode_rows``; the KV cache: ``kv_batch``.
 
-The model is used as is (no copy): a trainer may update its weights in place between calls, or
-while requests run through ``write_weights``, which waits for the pass under way (``snapshot``
-samples from its own copy of a policy that way). torch and transformers are imported lazily.
+The model is used as is (no copy): a trainer may update its weights in place between calls, or while
+requests run through ``write_weights``, which waits for the pass under way (``snapshot`` samples from
+its own copy of a policy that way). torch and transformers are imported lazily.
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ import collections
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from arft import cpu_threads
 from arft.engines import cascade, packed_linear
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.decode_rows import FinishRules, Request, Row, checked_prompt, generation, new_row
@@ -67,17 +67,16 @@ if TYPE_CHECKING:
 
 
 class TransformersEngine:
-    """A ``TokenEngine`` over a Hugging Face causal LM with continuous batching (and
-    constrained tool calls: ``supports_constraints``).
+    """A ``TokenEngine`` over a Hugging Face causal LM with continuous batching (and constrained
+    tool calls: ``supports_constraints``).
 
-    ``device`` defaults to the device of the model's input embeddings; the model must already
-    be there (it is never moved or copied). Generation uses the model in whatever mode it is
-    in: keep it in eval mode (``load_model`` does) so dropout does not change the policy.
-    ``stats`` counts prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the
-    prefix store reused. ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False``
-    runs Hugging Face's sdpa as it is (see ``arft.engines.cascade``), ``fused_decode=False`` its
-    forward for decode steps and prefills (``arft.engines.fused_decode``; both for
-    comparisons); ``packed_linears``: see ``arft.engines.packed_linear`` and ``engine.packed_linears``."""
+    ``device`` defaults to the device of the model's input embeddings; the model must already be
+    there (it is never moved or copied). Generation uses the model in whatever mode it is in: keep
+    it in eval mode (``load_model`` does) so dropout does not change the policy. ``stats`` counts
+    prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the prefix store reused.
+    ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False`` runs Hugging Face's sdpa
+    as it is (``arft.engines.cascade``), ``fused_decode=False`` its forward for decode steps and
+    prefills (``fused_decode``; both for comparisons); ``packed_linears``: ``engine.packed_linears``."""
 
     supports_constraints = True
 
@@ -94,8 +93,7 @@ class TransformersEngine:
         if prefix_cache_mb < 0:
             raise ValueError(f"prefix_cache_mb must be >= 0 (got {prefix_cache_mb}); set "
                              "engine.prefix_cache_mb (0 turns KV reuse off)")
-        self.model = model
-        self.tokenizer = tokenizer
+        self.model, self.tokenizer = model, tokenizer
         self.max_batch_size = max_batch_size
         embeddings = model.get_input_embeddings()
         self.device = embeddings.weight.device if device is None else torch_device(device)
@@ -119,6 +117,7 @@ class TransformersEngine:
         self._rng: "torch.Generator | None" = None
         self._wakeup: asyncio.Event | None = None
         self._batcher: asyncio.Task[None] | None = None
+        self._thread = cpu_threads.WorkerThread("arft-engine")
         self._closed = False
 
     @classmethod
@@ -191,6 +190,7 @@ class TransformersEngine:
         with self._lock:
             waiting, self._inbox = list(self._inbox), collections.deque()
         packed_linear.forget(self.model)
+        self._thread.close()
         for request in waiting:
             self._deliver(request, EngineError("the transformers engine was closed before this "
                                                "request ran: create a new engine and retry"))
@@ -209,7 +209,7 @@ class TransformersEngine:
             wakeup.clear()
             if self._inbox and not self._stop.is_set():
                 try:
-                    await asyncio.to_thread(self._serve)
+                    await self._thread.run(self._serve)
                 except RuntimeError as e:  # no worker thread to be had (the loop is shutting down)
                     for request in self._take(len(self._inbox)):
                         self._deliver(request, EngineError(f"could not start generation ({e}): "

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from arft import cpu_threads
 from arft.config import JobSpec
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.records import Rollout, Task, TrainBatch
@@ -163,10 +164,10 @@ class EngineReplica:
 
         if version > self.version:
             if self._policy is not None:  # through the copy, then the engine's own sync
-                await asyncio.to_thread(load_trainable, self._policy, self.spec, state)
+                await cpu_threads.to_thread(load_trainable, self._policy, self.spec, state)
                 await self.engine.sync(self._policy, version)
             else:
-                await asyncio.to_thread(self.engine.write_weights,
+                await cpu_threads.to_thread(self.engine.write_weights,
                                         lambda model: load_trainable(model, self.spec, state))
             self.version = version
         return self.version

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import threading
 from typing import Any, AsyncIterator
 
 import pytest
 import torch
 
+from arft import cpu_threads
 from arft.engines.base import EngineError, Generation, TokenEngine
 from arft.engines.transformers_engine import TransformersEngine
 from tests.specs import sampling
@@ -109,6 +111,19 @@ async def test_concurrent_requests_share_forward_passes(engine: TransformersEngi
     assert engine.stats.max_rows == 6
     assert engine.stats.prefills == 1
     assert engine.stats.decode_steps == GREEDY.max_new_tokens - 1  # not one pass per request
+
+
+async def test_decode_loop_has_a_thread_of_its_own_and_leaves_no_openmp_pool(
+        engine: TransformersEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run of the decode loop releases the caller's OpenMP pool before and its own after
+    (``arft.cpu_threads``: one pool alive), always on the same thread, not the event loop's."""
+    calls: list[int] = []
+    monkeypatch.setattr(cpu_threads, "release_pool", lambda: calls.append(threading.get_ident()) is None)
+    for p in prompts(2, seed=3):
+        await engine.generate(p, GREEDY)
+    here = threading.get_ident()
+    worker = calls[1]
+    assert worker != here and calls == [here, worker, here, worker]
 
 
 async def test_finished_rows_leave_the_batch(engine: TransformersEngine) -> None:

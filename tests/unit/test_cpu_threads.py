@@ -1,0 +1,92 @@
+"""One OpenMP pool alive at a time: the calling thread's pool really ends, and ``to_thread`` /
+``WorkerThread`` leave none behind in their worker (counted as OS threads of this process)."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import torch
+
+from arft import cpu_threads
+
+TASKS = Path("/proc/self/task")
+needs_linux = pytest.mark.skipif(not TASKS.exists(), reason="counts threads in /proc (Linux)")
+VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
+
+
+def os_threads() -> int:
+    return len(os.listdir(TASKS))
+
+
+def parallel_op() -> int:
+    """Run an operator big enough to go parallel (this thread gets its pool); the OS threads now."""
+    torch.ones(1 << 22).add_(1)
+    return os_threads()
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    """Two intra-op threads (a pool of one worker); the suite otherwise runs with one."""
+    if cpu_threads._pause() is None:
+        pytest.skip("no OpenMP runtime with omp_pause_resource_all in this torch build")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@needs_linux
+def test_release_pool_ends_the_calling_threads_workers(two_threads: None) -> None:
+    assert cpu_threads.release_pool()
+    alone = os_threads()
+    assert parallel_op() == alone + 1  # the pool's worker
+    assert cpu_threads.release_pool()
+    assert os_threads() == alone
+    assert parallel_op() == alone + 1  # a new pool on the next parallel operator
+    assert cpu_threads.release_pool()
+
+
+@needs_linux
+async def test_to_thread_leaves_no_pool_in_either_thread(two_threads: None) -> None:
+    parallel_op()  # the caller's pool, as loading a model leaves it
+    inside = await cpu_threads.to_thread(parallel_op)
+    after = os_threads()
+    # inside: the worker thread and its pool's worker, the caller's pool already gone
+    assert inside == after + 1
+    assert await cpu_threads.to_thread(parallel_op) == inside  # the same count again: nothing piled up
+
+
+@needs_linux
+async def test_worker_thread_is_one_thread_released_after_each_call(two_threads: None) -> None:
+    worker = cpu_threads.WorkerThread("test-worker")
+    idents = set()
+
+    def work() -> int:
+        idents.add(threading.get_ident())
+        return parallel_op()
+
+    counts = [await worker.run(work) for _ in range(3)]
+    assert len(idents) == 1 and threading.get_ident() not in idents
+    assert counts[0] == counts[1] == counts[2] == os_threads() + 1  # its pool's worker, gone after each
+    worker.close()
+    with pytest.raises(RuntimeError):
+        await worker.run(work)
+
+
+async def test_to_thread_returns_raises_and_keeps_context() -> None:
+    VAR.set("caller's")
+    assert await cpu_threads.to_thread(lambda a, b: (a + b, VAR.get()), 2, 3) == (5, "caller's")
+    with pytest.raises(ZeroDivisionError):
+        await cpu_threads.to_thread(lambda: 1 / 0)
+
+
+def test_without_torch_loaded_nothing_is_looked_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch")
+    assert cpu_threads._pause() is None
+    assert cpu_threads.release_pool() is False
