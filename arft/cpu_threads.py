@@ -16,8 +16,8 @@ is ``asyncio.to_thread`` that releases the calling thread's pool first and the w
 returns: torch work handed back and forth keeps one pool alive at a time. ``WorkerThread`` does
 the same on a thread of its own (the engine's decode loop), so a pool never outlives its call in
 some other thread of a shared executor. Where the OpenMP runtime
-cannot be found (torch not imported yet, another runtime without the call), both do nothing more
-than their plain counterparts.
+cannot be found (torch not imported yet, another runtime without the call), or where
+``ARFT_OPENMP_POOLS=keep`` is set, both do nothing more than their plain counterparts.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import asyncio
 import contextvars
 import ctypes
 import functools
+import os
 import sys
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
@@ -35,11 +36,16 @@ T = TypeVar("T")
 _PAUSE_SOFT = 1
 """``omp_pause_soft``: end the pool's threads, keep the runtime's settings."""
 _RUNTIMES = ("libgomp", "libiomp", "libomp")
+KEEP_POOLS = "ARFT_OPENMP_POOLS"
+"""Set to ``keep``: every thread keeps its pool, as torch does by itself (for comparisons, or an
+OpenMP runtime that misbehaves when paused)."""
 
 
 def release_pool() -> bool:
     """End the calling thread's OpenMP worker threads; ``True`` where the runtime did so (a thread
-    without a pool counts as done)."""
+    without a pool counts as done). ``ARFT_OPENMP_POOLS=keep`` in the environment turns it off."""
+    if os.environ.get(KEEP_POOLS, "").lower() == "keep":
+        return False
     pause = _pause()
     return pause is not None and pause(_PAUSE_SOFT) == 0
 

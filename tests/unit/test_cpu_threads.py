@@ -86,6 +86,16 @@ async def test_to_thread_returns_raises_and_keeps_context() -> None:
         await cpu_threads.to_thread(lambda: 1 / 0)
 
 
+@needs_linux
+def test_keep_in_the_environment_keeps_the_pool(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cpu_threads.KEEP_POOLS, "keep")
+    with_pool = parallel_op()
+    assert cpu_threads.release_pool() is False
+    assert os_threads() == with_pool
+    monkeypatch.delenv(cpu_threads.KEEP_POOLS)
+    assert cpu_threads.release_pool() and os_threads() == with_pool - 1
+
+
 def test_without_torch_loaded_nothing_is_looked_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "torch")
     assert cpu_threads._pause() is None

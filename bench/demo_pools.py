@@ -1,0 +1,68 @@
+"""``make demo`` with one OpenMP pool alive at a time (``arft.cpu_threads``, the default) vs every
+thread keeping its own (``ARFT_OPENMP_POOLS=keep``, how torch behaves by itself), in one command.
+
+Each arm runs ``arft train examples/calculator/job.yaml`` as its own process (the demo: 10 RL
+steps, evals at steps 0, 5 and 10), the arms taking turns for ``--repeats`` rounds. Printed per
+run: the wall time of the whole process (model loading included) and the eval reward at each
+eval step; then the median wall time of each arm and their ratio.
+
+    python bench/demo_pools.py --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "examples" / "calculator" / "job.yaml"
+ARMS = {"one pool": {}, "pools kept": {"ARFT_OPENMP_POOLS": "keep"}}
+
+
+def eval_rewards(run_dir: Path) -> dict[int, float]:
+    """``{step: eval reward}`` from the run's ``metrics.jsonl``."""
+    rewards = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        for key, value in row.items():
+            if key.startswith("eval/") and key.endswith("reward_mean"):
+                rewards[int(row["step"])] = float(value)
+    return rewards
+
+
+def run_demo(env: dict[str, str], out: Path) -> tuple[float, dict[int, float]]:
+    """Seconds for one ``arft train`` of the demo job, and its eval rewards."""
+    arft = Path(sys.executable).parent / "arft"
+    start = time.perf_counter()
+    subprocess.run([str(arft), "train", str(JOB), "--out", str(out)], check=True, cwd=ROOT,
+                   env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start, eval_rewards(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of both arms (default 2)")
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    with tempfile.TemporaryDirectory(prefix="demo-pools-") as tmp:
+        for rep in range(args.repeats):
+            for arm, env in ARMS.items():
+                seconds, rewards = run_demo(env, Path(tmp) / f"{arm.replace(' ', '-')}-{rep}")
+                times[arm].append(seconds)
+                shown = " / ".join(f"{rewards[s]:.2f}" for s in sorted(rewards))
+                print(f"  run {rep + 1} {arm:>10}: {seconds:6.1f} s, eval reward at steps "
+                      f"{sorted(rewards)}: {shown}", flush=True)
+    med = {arm: statistics.median(t) for arm, t in times.items()}
+    print("median wall time: " + " | ".join(f"{arm} {s:.1f} s" for arm, s in med.items()))
+    print(f"pools kept / one pool: {med['pools kept'] / med['one pool']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
