@@ -15,9 +15,9 @@ thread's next parallel operator starts a new one (a thread start per worker). ``
 is ``asyncio.to_thread`` that releases the calling thread's pool first and the worker's when ``fn``
 returns: torch work handed back and forth keeps one pool alive at a time. ``WorkerThread`` does
 the same on a thread of its own (the engine's decode loop), so a pool never outlives its call in
-some other thread of a shared executor. Where the OpenMP runtime
-cannot be found (torch not imported yet, another runtime without the call), or where
-``ARFT_OPENMP_POOLS=keep`` is set, both do nothing more than their plain counterparts.
+some other thread of a shared executor. Where the OpenMP runtime cannot be found (torch not
+imported yet, another runtime without the call), or where ``ARFT_OPENMP_POOLS=keep`` is set, both
+do nothing more than their plain counterparts.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def _loaded_pause() -> Callable[[int], int] | None:
     for library in [None, *_mapped_runtimes()]:  # None: the process's global symbols
         try:
             pause = ctypes.CDLL(library).omp_pause_resource_all
-        except (OSError, AttributeError):
+        except (OSError, AttributeError, TypeError):  # TypeError: no global namespace (Windows)
             continue
         pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
         return pause
