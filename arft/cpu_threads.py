@@ -38,13 +38,23 @@ _PAUSE_SOFT = 1
 _RUNTIMES = ("libgomp", "libiomp", "libomp")
 KEEP_POOLS = "ARFT_OPENMP_POOLS"
 """Set to ``keep``: every thread keeps its pool, as torch does by itself (for comparisons, or an
-OpenMP runtime that misbehaves when paused)."""
+OpenMP runtime that misbehaves when paused); ``release`` or unset: the default."""
+
+
+def keeps_pools() -> bool:
+    """Whether ``ARFT_OPENMP_POOLS`` asks every thread to keep its pool (``keep``; ``release`` or
+    unset: one pool alive). Any other value is refused (``ValueError``)."""
+    value = os.environ.get(KEEP_POOLS, "").strip().lower()
+    if value not in ("", "keep", "release"):
+        raise ValueError(f"{KEEP_POOLS} is {os.environ[KEEP_POOLS]!r}: set it to 'keep' (every thread keeps "
+                         "its OpenMP pool) or 'release' (one pool alive, the default), or unset it")
+    return value == "keep"
 
 
 def release_pool() -> bool:
     """End the calling thread's OpenMP worker threads; ``True`` where the runtime did so (a thread
     without a pool counts as done). ``ARFT_OPENMP_POOLS=keep`` in the environment turns it off."""
-    if os.environ.get(KEEP_POOLS, "").lower() == "keep":
+    if keeps_pools():
         return False
     pause = _pause()
     return pause is not None and pause(_PAUSE_SOFT) == 0
@@ -71,6 +81,7 @@ class WorkerThread:
     each call: one OS thread, so no stale pool is left in a shared executor's other threads."""
 
     def __init__(self, name: str) -> None:
+        keeps_pools()  # a bad ARFT_OPENMP_POOLS fails where the thread is made, not in a call
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:

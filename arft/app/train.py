@@ -30,12 +30,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from arft import cpu_threads
 from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.learning import (EVAL_SEED_OFFSET, Hooks, Session, TrainResult, apply_init_from,
                                evaluate_step, on_done, policy_engine, resume as resume_from,
                                sync_engine)
 from arft.app.run import job_record, open_run
-from arft import cpu_threads
 from arft.budget import budget_penalty, usage
 from arft.config import JobSpec
 from arft.data.splits import load_split

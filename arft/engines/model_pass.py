@@ -51,14 +51,15 @@ class ModelPass:
 
         return self.mix and self.fused is not None and not torch.is_grad_enabled()
 
-    def step_and_prefill(self, step: PassInputs, fill: PassInputs) -> tuple["torch.Tensor", "torch.Tensor"]:
+    def step_and_prefill(self, step: PassInputs, fill: PassInputs
+                         ) -> tuple["torch.Tensor", "torch.Tensor", bool]:
         """A decode step of one batch and a prefill of another (each ``(ids, positions, mask,
-        cache, shared)``): their last-position logits. One pass where ``mixes`` (the decode step's
-        rows ride along the prefill's products), else two."""
+        cache, shared)``): their last-position logits, and whether they ran as one pass (where
+        ``mixes``: the decode step's rows ride along the prefill's products) rather than two."""
         if self.mixes and _new_token_each_row(fill[0], fill[2]):
             assert self.fused is not None
-            return self.fused.step_and_prefill(step, fill)
-        return self(*step), self(*fill)
+            return *self.fused.step_and_prefill(step, fill), True
+        return self(*step), self(*fill), False
 
     def __call__(self, ids: "torch.Tensor", positions: "torch.Tensor", mask: "torch.Tensor", cache: Any,
                  shared: int = 0) -> "torch.Tensor":

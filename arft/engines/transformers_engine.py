@@ -314,9 +314,9 @@ class TransformersEngine:
             logits = self._pass(*fill)
         else:
             step = along.step_inputs(self.device, self._pass.cascade)
-            step_logits, logits = self._pass.step_and_prefill(step, fill)
+            step_logits, logits, one_pass = self._pass.step_and_prefill(step, fill)
             self._stepped(along, step[4], step_logits)
-            self.stats.steps_in_prefills += 1
+            self.stats.steps_in_prefills += one_pass
         self.stats.prefills += 1
         self.stats.prefill_batch_sizes[p.ids.shape[0]] += 1
         self.stats.prefill_tokens += p.computed_tokens

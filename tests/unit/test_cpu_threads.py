@@ -102,6 +102,18 @@ def test_keep_in_the_environment_keeps_the_pool(two_threads: None, monkeypatch: 
     assert cpu_threads.release_pool() and os_threads() == with_pool - 1
 
 
+def test_a_bad_setting_is_refused_with_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cpu_threads.KEEP_POOLS, "keeep")
+    with pytest.raises(ValueError, match="set it to 'keep'.*or 'release'"):
+        cpu_threads.release_pool()
+    with pytest.raises(ValueError, match="ARFT_OPENMP_POOLS is 'keeep'"):
+        cpu_threads.WorkerThread("never-made")
+    monkeypatch.setenv(cpu_threads.KEEP_POOLS, " Release ")
+    assert cpu_threads.keeps_pools() is False
+    monkeypatch.setenv(cpu_threads.KEEP_POOLS, "KEEP")
+    assert cpu_threads.keeps_pools() is True
+
+
 def test_without_torch_loaded_nothing_is_looked_up(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "torch")
     assert cpu_threads._pause() is None

@@ -198,8 +198,13 @@ def test_a_prefill_row_without_new_tokens_keeps_hugging_faces_forward(tokenizer:
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         got = step(ids, positions, mask, DynamicCache())
+        # beside a decode step, such a prefill runs in a pass of its own, and says so
+        decode = (ids[:1, :1], torch.zeros((1, 1), dtype=torch.long), torch.ones((1, 1), dtype=torch.long),
+                  DynamicCache(), 0)
+        _, filled, one_pass = step.step_and_prefill(decode, (ids, positions, mask, DynamicCache(), 0))
     want = hf_step(reference, DynamicCache(), mask, ids, positions)
     assert torch.allclose(got[0], want[0], atol=1e-4)
+    assert one_pass is False and torch.allclose(filled[0], want[0], atol=1e-4)
 
 
 async def test_a_decode_step_in_a_prefills_pass_samples_the_same_tokens(tokenizer: Any) -> None:
