@@ -100,6 +100,7 @@ def test_unknown_rollout_page(browser: Any, site: tuple[str, dict[str, Rollout]]
     resp = page.goto(base + "/rollouts/trace_missing")
     assert resp is not None and resp.status == 404
     assert "No rollout with trace_id trace_missing" in page.inner_text("h1")
-    page.click("text=the rollout list")
+    with page.expect_navigation():  # the click starts a page load; read the list once it is there
+        page.click("text=the rollout list")
     assert len(shown_ids(page)) == 13
     page.close()
