@@ -13,9 +13,14 @@ all share it, as the calculator demo's rows share their worked examples) that st
 with ``training.share_prefix`` off and on, alternating in the same run, and the ratio is printed
 (tokens/s counts every token of every sequence, shared or not).
 
+``--fused``: the update with ``training.fused_lora`` off (peft's LoRA layers) and on (each LoRA
+linear layer one function), alternating in the same run, and the ratio (``share_prefix`` as
+``--shared`` says).
+
     python bench/update_throughput.py [--seqs 8] [--len 512] [--repeats 3] [--threads 2]
     python bench/update_throughput.py --shared 320     # share_prefix off vs on
     python bench/update_throughput.py --shared 320 --arms on   # one arm: its own peak RSS
+    python bench/update_throughput.py --fused                  # fused_lora off vs on
 """
 
 from __future__ import annotations
@@ -66,6 +71,27 @@ def make_batch(args: argparse.Namespace, vocab: int) -> Any:
                       trace_ids=("x",) * args.seqs)
 
 
+def compared_arms(args: argparse.Namespace) -> dict[str, dict[str, bool]]:
+    """The arms as name -> TrainingSpec switches: share_prefix off/on with ``--shared``,
+    fused_lora off/on with ``--fused`` (share_prefix on where ``--shared`` is given), else one."""
+    share = bool(args.shared)
+    if args.fused:
+        arms = {f"fused_lora {s}": {"share_prefix": share, "fused_lora": s == "on"} for s in ("off", "on")}
+    elif args.shared:
+        arms = {f"share_prefix {s}": {"share_prefix": s == "on", "fused_lora": True} for s in ("off", "on")}
+    else:
+        return {"update": {"share_prefix": True, "fused_lora": True}}
+    return arms if args.arms == "both" else {k: v for k, v in arms.items() if k.endswith(f" {args.arms}")}
+
+
+def use_arm(learner: Any, spec: Any, switches: dict[str, bool]) -> None:
+    """Set the learner's spec to ``switches`` and fuse or unfuse its LoRA layers to match."""
+    from arft.trainer.fused_lora import set_fused
+
+    learner.spec = spec.model_copy(update=switches)
+    set_fused(learner.policy, switches["fused_lora"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seqs", type=int, default=8)
@@ -73,9 +99,11 @@ def main() -> None:
     ap.add_argument("--sampled", type=int, default=180)
     ap.add_argument("--shared", type=int, default=0, help="leading tokens each group shares (default 0)")
     ap.add_argument("--group", type=int, default=4, help="sequences per group with --shared (default 4)")
+    ap.add_argument("--fused", action="store_true",
+                    help="compare training.fused_lora off and on (instead of share_prefix off and on)")
     ap.add_argument("--arms", choices=["both", "off", "on"], default="both",
-                    help="with --shared: share_prefix off and on (default), or one of them alone (its own "
-                         "peak RSS)")
+                    help="with --shared or --fused: the switch off and on (default), or one of them alone "
+                         "(its own peak RSS)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--micro", type=int, default=None, help="micro-batch size (default: the trainer's)")
@@ -98,9 +126,7 @@ def main() -> None:
     model, tok = load_model("smollm2-135m-instruct")
     n_params = sum(p.numel() for p in model.parameters())
     cfg = model.config
-    arms = {"share_prefix off": False, "share_prefix on": True} if args.shared else {"update": True}
-    if args.shared and args.arms != "both":
-        arms = {f"share_prefix {args.arms}": args.arms == "on"}
+    arms = compared_arms(args)
     tokens = {} if args.micro_tokens is None else {"micro_batch_tokens": args.micro_tokens or None}
     spec = TrainingSpec(gradient_checkpointing=args.checkpointing, **tokens,
                         micro_batch_size=args.micro or TrainingSpec().micro_batch_size)
@@ -108,14 +134,14 @@ def main() -> None:
     autocast = isinstance(learner._autocast(), torch.autocast)
     dtype = "bfloat16" if autocast else str(model.dtype).removeprefix("torch.")
     batch = make_batch(args, len(tok))
-    learner.spec = spec.model_copy(update={"share_prefix": list(arms.values())[0]})
+    use_arm(learner, spec, list(arms.values())[0])
     learner.update(batch)  # warm-up
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     peaks = []
     for _ in range(args.repeats):
         peaks.append(matmul_peak(args.threads, dtype))
-        for arm, share in arms.items():
-            learner.spec = spec.model_copy(update={"share_prefix": share})
+        for arm, switches in arms.items():
+            use_arm(learner, spec, switches)
             t = time.perf_counter()
             learner.update(batch)
             times[arm].append(time.perf_counter() - t)
@@ -135,7 +161,8 @@ def main() -> None:
         print(f"  {arm}: {statistics.median(ts):.2f} s = {rates[arm]:.0f} tok/s = {achieved:.1f} GFLOP/s "
               f"(model FLOPs of every token) = {achieved / peak:.2f} of peak (goal >= 0.30)")
     if len(rates) == 2:
-        print(f"  ratio share_prefix on / off: {rates['share_prefix on'] / rates['share_prefix off']:.2f}x")
+        off, on = rates.values()
+        print(f"  ratio {list(rates)[1]} / off: {on / off:.2f}x")
     rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
     print(f"  peak RSS: {rss_gb:.2f} GB (goal <= 6 GB)")
 

@@ -52,6 +52,10 @@ class Learner:
         self.policy, self.spec, self.pad_id = policy, spec, pad_id
         if spec.gradient_checkpointing:
             _enable_checkpointing(policy)
+        if spec.finetune == "lora":
+            from arft.trainer.fused_lora import set_fused  # imports torch: not at module load
+
+            set_fused(policy, spec.fused_lora)
         self.params = [p for p in policy.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the policy has no trainable parameters: check training.finetune / lora")
