@@ -13,7 +13,12 @@ conversations' tool results, or of new prompts) is timed the same way, each pass
 of the plan's cache; every prefill that carries the running rows' decode step is timed as two
 passes and as one.
 
+``--holes``: the fused step that skips the masked holes of its rows' columns
+(``cascade.hole_split``) against the fused step that reads them, timed the same way on the same
+states (prefills are not timed).
+
     python bench/decode_step.py
+    python bench/decode_step.py --holes
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import asyncio
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from arft.pyfile import load_file
 
@@ -31,12 +36,31 @@ MULTITURN = load_file(Path(__file__).resolve().parent / "engine_multiturn.py", "
 BUCKETS = ((2, 8), (9, 16), (17, 24), (25, 32))
 
 
-def timed_steps(engine: Any, every: int) -> dict[str, list[tuple[int, float]]]:
+def step_arms(engine: Any, holes: bool) -> dict[str, Callable[[], None]]:
+    """The two ways a decode step is timed, as name -> what sets the engine up for it: HF's
+    forward and the fused step, or (``holes``) the fused step reading and skipping holes."""
+    fused = engine._pass.fused
+
+    def use(decoder: Any, skip: bool) -> Callable[[], None]:
+        def setup() -> None:
+            engine._pass.fused = decoder
+            fused.skip_holes = skip
+        return setup
+
+    if holes:
+        return {"fused step reading holes": use(fused, False), "fused step skipping holes": use(fused, True)}
+    return {"HF forward": use(None, True), "fused step": use(fused, True)}
+
+
+def timed_steps(engine: Any, every: int, arms: dict[str, Callable[[], None]]) -> dict[str, list[tuple[int, float]]]:
     """Wrap ``engine``'s decode step so every ``every``-th one (of two rows or more) is timed
-    both ways first; returns the ``(rows, seconds)`` lists it fills."""
+    each way of ``arms`` first (alternating, twice); returns the ``(rows, seconds)`` lists it fills
+    (``"split"``: the rows of the timed steps that had holes to skip)."""
     import torch
 
-    times: dict[str, list[tuple[int, float]]] = {"hf": [], "fused": []}
+    from arft.engines import cascade
+
+    times: dict[str, list[tuple[int, float]]] = {name: [] for name in [*arms, "split"]}
     step = engine._decode_step
     count = [0]
 
@@ -47,15 +71,16 @@ def timed_steps(engine: Any, every: int) -> dict[str, list[tuple[int, float]]]:
             ids = torch.tensor([[r.tokens[-1]] for r in batch.rows])
             positions = torch.tensor([[r.next_position] for r in batch.rows])
             mask = torch.cat([batch.mask, batch.mask.new_ones((batch.size, 1))], dim=1)
-            fused = engine._pass.fused
-            for name in ("hf", "fused", "hf", "fused"):
+            if cascade.hole_split(mask, batch.shared) is not None:
+                times["split"].append((batch.size, 0.0))
+            for name in [*arms, *arms]:
                 for layer, (k, v) in zip(batch.cache.layers, saved):
                     layer.keys, layer.values = k, v  # the appended token is forgotten
-                engine._pass.fused = fused if name == "fused" else None
+                arms[name]()
                 start = time.perf_counter()
                 engine._pass(ids, positions, mask, batch.cache, batch.shared)
                 times[name].append((batch.size, time.perf_counter() - start))
-            engine._pass.fused = fused
+            list(arms.values())[-1]()
             for layer, (k, v) in zip(batch.cache.layers, saved):
                 layer.keys, layer.values = k, v
         step(batch)
@@ -123,6 +148,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--every", type=int, default=5, help="time every N-th decode step (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--holes", action="store_true",
+                        help="time the fused step skipping holes vs reading them (instead of HF vs fused)")
     args = parser.parse_args()
 
     import torch
@@ -136,20 +163,23 @@ def main() -> None:
     if engine._pass.fused is None:
         raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.fused_decode)")
     work = MULTITURN.Workload(tokenizer, 8, 4)
-    times = timed_steps(engine, args.every)
+    arms = step_arms(engine, args.holes)
+    times = timed_steps(engine, args.every, arms)
     mixed: list[tuple[int, float, float]] = []
-    prefills = timed_prefills(engine, mixed)
+    prefills = [] if args.holes else timed_prefills(engine, mixed)
     tokens, seconds = asyncio.run(MULTITURN.run_engine(engine, work, 64))
     print(f"model smollm2-135m-instruct {str(model.dtype).removeprefix('torch.')}, {args.threads} threads; "
           f"{tokens} tokens in {seconds:.1f} s (timed steps included)")
+    base, new = arms
     for lo, hi in BUCKETS:
-        hf = [t for rows, t in times["hf"] if lo <= rows <= hi]
-        fused = [t for rows, t in times["fused"] if lo <= rows <= hi]
-        if hf:
-            print(f"  {lo:2d}-{hi:2d} rows: {len(hf) // 2:3d} steps, HF forward {statistics.median(hf) * 1e3:6.1f} ms, "
-                  f"fused {statistics.median(fused) * 1e3:6.1f} ms")
-    total = {name: sum(t for _, t in pairs) for name, pairs in times.items()}
-    print(f"fused decode step: {total['hf'] / total['fused']:.2f}x HF's forward (summed over the timed steps)")
+        a = [t for rows, t in times[base] if lo <= rows <= hi]
+        b = [t for rows, t in times[new] if lo <= rows <= hi]
+        if a:
+            split = sum(lo <= rows <= hi for rows, _ in times["split"])
+            print(f"  {lo:2d}-{hi:2d} rows: {len(a) // 2:3d} steps ({split} with holes to skip), "
+                  f"{base} {statistics.median(a) * 1e3:6.1f} ms, {new} {statistics.median(b) * 1e3:6.1f} ms")
+    total = {name: sum(t for _, t in times[name]) for name in arms}
+    print(f"{new}: {total[base] / total[new]:.2f}x {base} (summed over the timed steps)")
     for (rows, width), hf_s, fused_s in prefills:
         print(f"  prefill of {rows:2d} rows (padded to {width:3d} new tokens): HF forward {hf_s * 1e3:6.0f} ms, "
               f"fused {fused_s * 1e3:6.0f} ms")

@@ -13,6 +13,12 @@ and the two softmax parts are joined exactly through their log-sum-exps (the mer
 flash/cascade attention), each part run by PyTorch's CPU flash-attention kernel. The result equals
 attention over the whole row within floating-point rounding.
 
+A decode step also leaves out the holes of its rows (``hole_split``): a row whose history is
+shorter than the batch's longest is masked from the shared columns to its first real column, so
+each row's own columns split at the column that reads the fewest: every row attends over the
+columns after it, and only the rows with real columns before it (gathered) over those; the parts
+join through their log-sum-exps as above. The split is made once a step, for every layer.
+
 The engine's prefills take a second fast path: Hugging Face's ``sdpa`` copies every key/value head
 to its query heads whenever a mask is given (``repeat_kv``); ``grouped`` lets sdpa read the
 key/value heads as they are, which halves a batched prefill's attention time on a 2-core CPU.
@@ -26,7 +32,9 @@ so the switch changes nothing else.
 
 from __future__ import annotations
 
+import bisect
 import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,6 +44,56 @@ NAME = "arft_cascade"
 KEYWORD = "arft_shared_prefix"
 MIN_SHARED = 16
 """Shorter shared prefixes are not worth a second softmax part."""
+MIN_SKIPPED = 0.2
+"""A decode step's attention skips the holes of its rows (``hole_split``) only where that leaves
+out at least this share of their own columns: below it the extra kernel call costs more."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Where a decode step's own columns ``[start, T)`` split so that holes are not read: every
+    row attends over ``[at, T)``, and only ``rows`` (those with a real column before ``at``) over
+    ``[start, at)``; the parts join through their log-sum-exps."""
+
+    start: int
+    at: int
+    rows: "torch.Tensor | slice"
+
+    @property
+    def reads_before(self) -> bool:
+        """Whether any row reads ``[start, at)`` (none: the split only cuts a hole all rows have)."""
+        return self.rows != slice(0, 0) if isinstance(self.rows, slice) else self.rows.numel() > 0
+
+
+def hole_split(mask: "torch.Tensor", shared: int) -> Split | None:
+    """The split of a decode step's own columns ``[shared, T)`` (after the ``shared`` columns every
+    row holds the same, real) that reads the fewest; ``mask`` ``[B, T]`` is 1 on real columns,
+    every row's last column real. Rows whose history is shorter than the batch's longest have a
+    hole before their first real column, and rows that join with a longer history leave one in
+    the others. ``None`` where it would skip under ``MIN_SKIPPED``.
+    Made once a step (one small reduction and a sync), used by every layer."""
+    import torch
+
+    start = shared
+    rest = mask[:, start:]
+    b, width = rest.shape
+    if b < 2 or width < 2:
+        return None
+    first = rest.ne(0).to(torch.uint8).argmax(-1)
+    firsts = sorted(first.tolist())
+    best, cost = 0, b * width
+    for at in set(firsts):  # rows with a real column before `at` read [start, at) too
+        c = b * (width - at) + bisect.bisect_left(firsts, at) * at
+        if c < cost:
+            best, cost = at, c
+    if cost > (1 - MIN_SKIPPED) * b * width:
+        return None
+    rows = (first < best).nonzero().flatten()
+    if not rows.numel():
+        return Split(start, start + best, slice(0, 0))
+    if int(rows[-1] - rows[0]) + 1 == rows.numel():
+        return Split(start, start + best, slice(int(rows[0]), int(rows[-1]) + 1))  # no gather
+    return Split(start, start + best, rows)
 
 
 def enable(model: Any) -> bool:
@@ -99,11 +157,13 @@ def cascades(query: "torch.Tensor", key: "torch.Tensor", shared: int) -> bool:
 
 
 def attend(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
-           shared: int, scale: float) -> "torch.Tensor":
+           shared: int, scale: float, split: Split | None = None) -> "torch.Tensor":
     """``[B, q, Hq, D]``: cascade where ``cascades``, else sdpa on the key/value heads as they are
-    (no gradient: the engine's passes)."""
-    if cascades(query, key, shared):
-        return _decode(query, key, value, mask, shared, scale)
+    (no gradient: the engine's passes). A decode step given its ``hole_split`` skips the holes."""
+    if split is not None and (split.start != shared or query.shape[2] != 1 or mask is None):
+        split = None
+    if split is not None or cascades(query, key, shared):
+        return _decode(query, key, value, mask, shared, scale, split)
     return grouped(query, key, value, mask, scale)
 
 
@@ -129,35 +189,72 @@ def grouped(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", m
 
 
 def _decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
-            mask: "torch.Tensor | None", shared: int, scale: float) -> "torch.Tensor":
-    """One query per row; columns ``[0, shared)`` equal in every row and visible to all. Each part
-    runs PyTorch's CPU flash-attention kernel, which returns the log-sum-exp the merge needs (on a
-    2-core CPU 14 % faster than scores, ``exp`` and products done op by op); the ``g`` query heads
-    of a key/value head are its ``g`` queries, so no key or value is copied."""
-    import torch
-
+            mask: "torch.Tensor | None", shared: int, scale: float, split: Split | None = None) -> "torch.Tensor":
+    """One query per row; columns ``[0, shared)`` equal in every row and visible to all, read
+    once where ``reads_once`` (else by every row, as a part of its own). Each part runs PyTorch's
+    CPU flash-attention kernel, which returns the log-sum-exp the merge needs (on a 2-core CPU
+    14 % faster than scores, ``exp`` and products done op by op); the ``g`` query heads of a
+    key/value head are its ``g`` queries, so no key or value is copied. ``split``: each row's own
+    columns in two parts, its holes left out."""
     b, hq, _, d = query.shape
     hkv = key.shape[1]
     g = hq // hkv
     q = query.reshape(b, hkv, g, d)  # query head h reads key/value head h // g
-    # prefix: every row's queries of one kv head against row 0's prefix, in one pass per head
-    q_all = q.transpose(0, 1).reshape(1, hkv, b * g, d)
-    o1, l1 = _flash(q_all, key[:1, :, :shared], value[:1, :, :shared], None, scale)
-    o1, l1 = o1.reshape(hkv, b, g, d).transpose(0, 1), l1.reshape(hkv, b, g).transpose(0, 1)
+    parts = []
+    if reads_once(shared, b):  # prefix: every row's queries of one kv head against row 0's prefix, one pass a head
+        q_all = q.transpose(0, 1).reshape(1, hkv, b * g, d)
+        o1, l1 = _flash(q_all, key[:1, :, :shared], value[:1, :, :shared], None, scale)
+        parts.append((o1.reshape(hkv, b, g, d).transpose(0, 1), l1.reshape(hkv, b, g).transpose(0, 1)))
+    elif shared:  # too short to be worth reading once: each row reads it
+        parts.append(_flash(q, key[:, :, :shared], value[:, :, :shared], None, scale))
     # rest: each row against its own columns, under its mask
-    rest = None if mask is None else mask[:, :, -1:, shared:]  # [B, 1, 1, T - shared]
-    if rest is not None and rest.dtype == torch.bool:  # the kernel adds a mask of the query's dtype
-        rest = torch.zeros(rest.shape, dtype=query.dtype, device=query.device).masked_fill_(~rest, float("-inf"))
-    elif rest is not None:
-        rest = rest.to(query.dtype)
-    o2, l2 = _flash(q, key[:, :, shared:], value[:, :, shared:], rest, scale)
-    # The log-sum-exp merge (in float32: the kernel's log-sum-exps are float32 for every dtype).
-    # It relies on the rest never being fully masked (the kernel would give 0, not -inf): the
-    # row's newest token is always there.
-    top = torch.maximum(l1, l2)
-    a1, a2 = (l1 - top).exp_().unsqueeze(-1), (l2 - top).exp_().unsqueeze(-1)
-    out = (o1 * a1 + o2 * a2) / (a1 + a2)  # [B, Hkv, g, D]
-    return out.to(query.dtype).reshape(b, 1, hq, d)
+    rest = None if mask is None else _additive(mask[:, :, -1:], query.dtype)  # [B, 1, 1, T]
+    at = shared if split is None else split.at
+    parts.append(_flash(q, key[:, :, at:], value[:, :, at:], None if rest is None else rest[..., at:], scale))
+    if split is not None and rest is not None and split.reads_before:
+        parts.append(_before(q, key, value, rest, split, scale))
+    return _merge(parts).to(query.dtype).reshape(b, 1, hq, d)
+
+
+def _before(q: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", rest: "torch.Tensor",
+            split: Split, scale: float) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """The columns ``[split.start, split.at)`` of ``split.rows`` only; every other row gets the
+    empty part (output 0, log-sum-exp -inf), which the merge weighs 0."""
+    import torch
+
+    cols = slice(split.start, split.at)
+    r = split.rows
+    o, lse = _flash(q[r], key[r, :, cols], value[r, :, cols], rest[r, ..., cols], scale)
+    out = q.new_zeros(q.shape, dtype=o.dtype)
+    full = torch.full(q.shape[:3], float("-inf"), dtype=lse.dtype, device=q.device)
+    if isinstance(r, slice):
+        out[r], full[r] = o, lse
+    else:
+        out.index_copy_(0, r, o)
+        full.index_copy_(0, r, lse)
+    return out, full
+
+
+def _additive(mask: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
+    """``mask`` as the kernel takes it: added to the scores, in the query's dtype."""
+    import torch
+
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return mask.to(dtype)
+
+
+def _merge(parts: list[tuple["torch.Tensor", "torch.Tensor"]]) -> "torch.Tensor":
+    """Softmax attention over the union of the parts' columns from each part's output and
+    log-sum-exp (in float32: the kernel's log-sum-exps are float32 for every dtype). It relies on
+    one part never being fully masked for a row (the kernel would give 0, not -inf): the row's
+    newest token is always in the last columns."""
+    import torch
+
+    top = functools.reduce(torch.maximum, [lse for _, lse in parts])
+    weights = [(lse - top).exp_().unsqueeze(-1) for _, lse in parts]
+    out = functools.reduce(torch.add, [o * w for (o, _), w in zip(parts, weights)])
+    return out / functools.reduce(torch.add, weights)
 
 
 def _flash(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", mask: "torch.Tensor | None",

@@ -10,8 +10,8 @@ step. ``FusedDecoder`` runs the same arithmetic with what the step needs and not
   weights, ``packed_linear.packed``): fewer, wider products run faster at decode's few rows;
 - RMSNorm is ``F.rms_norm`` in float32 (the model's own norm otherwise), rotary embeddings come
   from the model's own rotary module and Hugging Face's ``apply_rotary_pos_emb``, attention is
-  ``cascade.attend`` (the shared prefix read once, key/value heads never copied, the mask made
-  once a pass), and the cache is the batch's own (``cache.update``).
+  ``cascade.attend`` (the shared prefix read once, the rows' masked holes skipped, key/value
+  heads never copied, the mask made once a pass), and the cache is the batch's own (``cache.update``).
 
 Prefills take it too, without their padding (``arft.engines.ragged``): the rows' real new tokens
 run as one sequence, and each row attends over its own real columns. A batched admission of tool
@@ -53,6 +53,8 @@ class FusedDecoder:
         self.head_dim = attention.head_dim
         self.scale = attention.scaling
         self.intermediate = config.intermediate_size
+        self.skip_holes = True
+        """Decode steps leave out the masked holes of their rows' columns (``cascade.hole_split``)."""
 
     @classmethod
     def of(cls, model: Any) -> "FusedDecoder | None":
@@ -74,11 +76,11 @@ class FusedDecoder:
         """One token a row: cascade attention over the batch's cache (``cascade.attend``)."""
         b, s = ids.shape
         hidden = self.model.model.embed_tokens(ids)
-        keep = _keep(mask, hidden.dtype)
+        keep, split = _keep(mask, hidden.dtype), self._holes(mask, shared)
 
         def attend(i: int, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
             keys, values = cache.update(k, v, i)
-            return cascade.attend(q, keys, values, keep, shared, self.scale).reshape(b, s, -1)
+            return cascade.attend(q, keys, values, keep, shared, self.scale, split).reshape(b, s, -1)
 
         return self._head(self._layers(hidden, positions, attend)[:, -1])
 
@@ -105,18 +107,22 @@ class FusedDecoder:
         b = ids.shape[0]
         rows = RaggedRows(fill_mask[:, -fill_ids.shape[1]:], fill_mask, self.model.lm_head.weight.dtype)
         hidden = self.model.model.embed_tokens(torch.cat([ids.reshape(-1), rows.pack(fill_ids)]))[None]
-        keep = _keep(mask, hidden.dtype)
+        keep, split = _keep(mask, hidden.dtype), self._holes(mask, shared)
 
         def attend(i: int, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
             one = [x[0, :, :b].transpose(0, 1).unsqueeze(2) for x in (q, k, v)]  # [b, heads, 1, head_dim]
             keys, values = cache.update(one[1], one[2], i)
-            decoded = cascade.attend(one[0], keys, values, keep, shared, self.scale).reshape(1, b, -1)
+            decoded = cascade.attend(one[0], keys, values, keep, shared, self.scale, split).reshape(1, b, -1)
             keys, values = fill_cache.update(rows.unpack(k[:, :, b:]), rows.unpack(v[:, :, b:]), i)
             return torch.cat([decoded, rows.attend(q[:, :, b:], keys, values, self.scale)], dim=1)
 
         hidden = self._layers(hidden, torch.cat([positions.reshape(-1), rows.pack(fill_positions)])[None], attend)
         logits = self._head(hidden[0, torch.cat([torch.arange(b, device=hidden.device), b + rows.last])])
         return logits[:b], logits[b:]
+
+    def _holes(self, mask: "torch.Tensor", shared: int) -> "cascade.Split | None":
+        """A decode step's ``cascade.hole_split`` (once a step, for every layer), if it skips holes."""
+        return cascade.hole_split(mask, shared) if self.skip_holes else None
 
     def _layers(self, hidden: "torch.Tensor", positions: "torch.Tensor",
                 attend: Callable[[int, "torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]

@@ -123,6 +123,10 @@ def _packed_class() -> type:
     class PackedLinear(torch.nn.Linear):
         """``nn.Linear`` that takes the packed path inside ``packed_passes`` (module doc)."""
 
+        plain_linear = True
+        """Its weight is an ``nn.Linear``'s and every pass needing a gradient is ``F.linear``: the
+        trainer may compute with it as with ``nn.Linear`` (``arft.trainer.fused_lora``)."""
+
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
             return _forward(self, x)
 

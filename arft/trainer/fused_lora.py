@@ -12,9 +12,12 @@ elementwise pass over the activations. The adapter's parameters, their float32 g
 the state dict stay peft's.
 
 ``set_fused(policy, on)`` gives each plain LoRA linear layer of a peft model (one adapter, no
-dropout, no DoRA or other variant, a ``torch.nn.Linear`` base) the fused forward, or takes it
-away. The fused forward hands anything else to peft's own: adapters disabled (the reference
-policy of the KL term), merged, mixed-adapter batches, several active adapters.
+dropout, no DoRA or other variant, a ``torch.nn.Linear`` base, or a subclass marked
+``plain_linear`` such as the engine's ``PackedLinear``) the fused forward, or takes it away. The
+fused forward runs only where autograd records (the update's passes) and hands anything else to
+peft's own: passes without gradient (the engine sampling through the adapter keeps its packed
+products), adapters disabled (the reference policy of the KL term), merged, mixed-adapter
+batches, several active adapters.
 """
 
 from __future__ import annotations
@@ -63,11 +66,12 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 def fusable(layer: Any) -> bool:
     """Whether ``layer`` is a plain peft LoRA linear layer the fused function computes exactly:
-    a ``torch.nn.Linear`` base, every adapter without dropout or variant (DoRA), weights not
-    stored transposed."""
+    a ``torch.nn.Linear`` base (or a ``plain_linear`` subclass), every adapter without dropout or
+    variant (DoRA), weights not stored transposed."""
     from peft.tuners.lora.layer import Linear
 
-    if type(layer) is not Linear or type(layer.base_layer) is not torch.nn.Linear:
+    base = type(getattr(layer, "base_layer", None))
+    if type(layer) is not Linear or not (base is torch.nn.Linear or getattr(base, "plain_linear", False)):
         return False
     if getattr(layer, "fan_in_fan_out", False) or getattr(layer, "lora_variant", {}):
         return False
@@ -91,9 +95,9 @@ def set_fused(policy: Any, on: bool = True) -> int:
 
 
 def _fused_forward(layer: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    """The forward of a fused layer; anything but one plain active adapter goes to peft."""
+    """The forward of a fused layer; anything but one plain active adapter under autograd goes to peft."""
     active = layer.active_adapters
-    if (args or kwargs or layer.disable_adapters or layer.merged or len(active) != 1
+    if (not torch.is_grad_enabled() or args or kwargs or layer.disable_adapters or layer.merged or len(active) != 1
             or active[0] not in layer.lora_A or not _same_dtype(layer, x)):
         return type(layer).forward(layer, x, *args, **kwargs)
     name, base = active[0], layer.base_layer

@@ -116,3 +116,73 @@ def test_enable_switches_only_sdpa_models(tokenizer: Any) -> None:
         assert torch.equal(on, model(input_ids=ids).logits)
     model.set_attn_implementation("eager")
     assert not cascade.enable(model) and model.config._attn_implementation == "eager"
+
+
+def holes(firsts: list[int], shared: int = SHARED) -> torch.Tensor:
+    """A decode step's ``[B, T]`` mask: row i real from column ``firsts[i]`` (right-aligned rows,
+    as the engine keeps them), the ``shared`` columns real in every row."""
+    mask = torch.zeros(len(firsts), T, dtype=torch.long)
+    for i, first in enumerate(firsts):
+        mask[i, first:] = 1
+    mask[:, :shared] = 1
+    return mask
+
+
+def test_hole_split_reads_the_fewest_columns() -> None:
+    # two long rows from the start of their own columns, three short ones from column 40 of 48
+    split = cascade.hole_split(holes([SHARED, 40, SHARED + 1, 40, 41]), SHARED)
+    assert split is not None and (split.start, split.at) == (SHARED, 40)
+    assert torch.equal(split.rows, torch.tensor([0, 2]))  # gathered: not a run of rows
+    split = cascade.hole_split(holes([SHARED, SHARED, 40, 40, 41]), SHARED)
+    assert split is not None and split.rows == slice(0, 2)  # a run of rows: a view, no gather
+    split = cascade.hole_split(holes([40, 40, 40, 41, 44]), SHARED)
+    assert split is not None and split.at == 40 and split.rows == slice(0, 0)  # common leading hole
+    # a prefix too short to read once: the split starts after it all the same
+    split = cascade.hole_split(holes([4, 40, 4, 40, 41], shared=4), 4)
+    assert split is not None and (split.start, split.at) == (4, 40)
+    split = cascade.hole_split(holes([0, 40, 0, 40, 41], shared=0), 0)
+    assert split is not None and (split.start, split.at) == (0, 40)
+    assert cascade.hole_split(holes([SHARED, SHARED + 1, SHARED + 2, 24, 22]), SHARED) is None  # < 20 % skipped
+    assert cascade.hole_split(holes([SHARED]), SHARED) is None
+
+
+@pytest.mark.parametrize("firsts", [[SHARED, 40, SHARED + 1, 40, 41], [SHARED, SHARED, 40, 40, 41],
+                                    [40, 40, 40, 41, 44], [SHARED + 3, 44, 44, 30, 46]])
+@pytest.mark.parametrize("shared", [SHARED, MIN_SHARED - 1, 0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_that_skips_holes_equals_attention_over_whole_rows(firsts: list[int], shared: int,
+                                                                     dtype: torch.dtype) -> None:
+    query, key, value, _ = inputs(4)
+    key[:, :, :shared] = key[:1, :, :shared]
+    value[:, :, :shared] = value[:1, :, :shared]
+    query, key, value = (x.to(dtype) for x in (query, key, value))
+    step_mask = holes([max(f, shared) for f in firsts], shared)
+    step_mask[4, SHARED + 2] = 0  # a hole inside a row too
+    mask = step_mask.bool()[:, None, None, :]
+    split = cascade.hole_split(step_mask, shared)
+    assert split is not None and split.start == shared
+    want = sdpa(query, key, value, mask)
+    for m in (mask, torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))):
+        got = cascade.attend(query, key, value, m, shared, DIM ** -0.5, split)
+        assert got.dtype == dtype
+        assert torch.allclose(got.float(), want.float(), atol=1e-5 if dtype == torch.float32 else 2e-2)
+    # the holes are not read: NaN there changes nothing (sdpa over whole rows would give NaN)
+    key, value = key.clone(), value.clone()
+    rows = split.rows
+    chosen = set(range(B)[rows]) if isinstance(rows, slice) else set(rows.tolist())
+    for row in set(range(B)) - chosen:
+            key[row, :, split.start:split.at] = float("nan")
+            value[row, :, split.start:split.at] = float("nan")
+    got = cascade.attend(query, key, value, mask, shared, DIM ** -0.5, split)
+    assert torch.allclose(got.float(), want.float(), atol=1e-5 if dtype == torch.float32 else 2e-2)
+
+
+def test_a_split_made_for_other_columns_is_not_used() -> None:
+    query, key, value, _ = inputs(5)
+    step_mask = holes([SHARED, 40, SHARED + 1, 40, 41])
+    mask = step_mask.bool()[:, None, None, :]
+    split = cascade.hole_split(step_mask, 0)  # made for whole rows, the call below reads 20 shared
+    assert split is None  # the shared columns are real in every row: no hole from column 0
+    split = cascade.Split(0, 40, slice(0, 1))
+    got = cascade.attend(query, key, value, mask, SHARED, DIM ** -0.5, split)
+    assert torch.allclose(got, sdpa(query, key, value, mask), atol=1e-5)

@@ -16,6 +16,14 @@ from arft.trainer.loss import token_logprobs
 from tests.unit.trainer.test_learner import rollout
 
 
+@pytest.fixture
+def tiny_model(tokenizer: Any) -> Any:
+    """A fresh tiny model: the session's is shared with engine tests, which pack its linears."""
+    from arft.models.loading import tiny_model as build
+
+    return build(tokenizer)
+
+
 def policies(tiny_model: Any, dropout: float = 0.0) -> tuple[Any, Any]:
     """Two identical LoRA policies over copies of the tiny model, adapters non-zero (peft starts B
     at zero, which would hide every term through it): the first stays peft's, the second is fused."""
@@ -98,18 +106,47 @@ def test_fused_function_with_bias_matches_the_formula() -> None:
 
 
 def test_disabled_adapter_merged_and_unfused_layers_go_to_peft(tiny_model: Any) -> None:
-    peft_policy, fused = policies(tiny_model)
+    _, fused = policies(tiny_model)
     set_fused(fused)
     ids = batch_ids()
     with torch.no_grad():
         base = tiny_model.float()(input_ids=ids).logits
-        with fused.disable_adapter():  # the KL term's reference policy
-            torch.testing.assert_close(fused(input_ids=ids).logits, base)
-        adapted = fused(input_ids=ids).logits
-        assert (adapted - base).abs().max() > 1e-4
-        assert set_fused(fused, False) == 0
-        assert all("forward" not in m.__dict__ for m in fused.modules())  # peft's own forward again
-        torch.testing.assert_close(fused(input_ids=ids).logits, adapted, rtol=1e-5, atol=1e-5)
+    with fused.disable_adapter():  # the KL term's reference policy
+        torch.testing.assert_close(fused(input_ids=ids).logits, base)
+    adapted = fused(input_ids=ids).logits.detach()
+    assert (adapted - base).abs().max() > 1e-4
+    assert set_fused(fused, False) == 0
+    assert all("forward" not in m.__dict__ for m in fused.modules())  # peft's own forward again
+    torch.testing.assert_close(fused(input_ids=ids).logits.detach(), adapted, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_only_where_autograd_records(tiny_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, fused = policies(tiny_model)
+    set_fused(fused)
+    calls = []
+    apply = LoraLinear.apply
+    monkeypatch.setattr(LoraLinear, "apply", lambda *a: calls.append(1) or apply(*a))
+    with torch.no_grad():  # the engine sampling through the adapter: peft's forward, packed products
+        fused(input_ids=batch_ids())
+    assert calls == []
+    fused(input_ids=batch_ids())
+    assert len(calls) == 14
+
+
+def test_packed_base_layers_are_fused(tiny_model: Any) -> None:
+    from arft.engines import packed_linear
+
+    peft_policy, fused = policies(tiny_model)
+    if not packed_linear.available():
+        pytest.skip("no oneDNN packed linear in this torch build")
+    assert packed_linear.enable(fused) > 0  # the engine packs the policy it samples through
+    assert set_fused(fused) == 14
+    ids = batch_ids()
+    want, want_grads = logits_and_grads(peft_policy, ids)
+    got, got_grads = logits_and_grads(fused, ids)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
 
 
 def test_layers_with_dropout_are_not_fused(tiny_model: Any) -> None:
