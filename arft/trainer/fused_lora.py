@@ -40,7 +40,7 @@ class LoraLinear(torch.autograd.Function):
             x2 = x.reshape(-1, x.shape[-1]).to(dtype)
             w, a, b = weight.to(dtype), lora_a.to(dtype), (lora_b * scaling).to(dtype)
             z = x2 @ a.t()  # [N, r]
-            y = torch.addmm(x2 @ w.t() if bias is None else torch.addmm(bias.to(dtype), x2, w.t()), z, b.t())
+            y = (x2 @ w.t() if bias is None else torch.addmm(bias.to(dtype), x2, w.t())).addmm_(z, b.t())
         ctx.save_for_backward(x2, z, weight, a, b)  # the frozen weight itself, not a cast copy
         ctx.scaling, ctx.x_shape, ctx.x_dtype = scaling, x.shape, x.dtype
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -52,7 +52,7 @@ class LoraLinear(torch.autograd.Function):
         with torch.autocast(grad.device.type, enabled=False):
             g, w = grad.reshape(-1, grad.shape[-1]).to(x2.dtype), weight.to(x2.dtype)
             gz = g @ b  # [N, r]: the gradient at the adapter's bottleneck
-            gx = torch.addmm(g @ w, gz, a).view(ctx.x_shape).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
+            gx = (g @ w).addmm_(gz, a).view(ctx.x_shape).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
             ga = (gz.t() @ x2).float() if a_param else None
             gb = (g.t() @ z).float() * ctx.scaling if b_param else None
         return gx, None, None, ga, gb, None

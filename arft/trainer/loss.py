@@ -58,8 +58,10 @@ def token_logprobs(model: Any, mb: "Tensors", temperature: float,
     hidden = hidden_states(backbone, mb, share_prefix)
     sel = mb.target_mask.bool()
     h = hidden[:, :-1, :][sel]  # [N, H]: only the positions that predict sampled tokens
-    logits = head(h).float() / max(temperature, 1e-6)
-    logp = torch.log_softmax(logits, dim=-1)
+    logits = head(h)
+    if temperature != 1.0:  # at 1 the division would be a pass (and one back) over [N, vocab] for nothing
+        logits = logits.float() / max(temperature, 1e-6)
+    logp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
     lp = logp.gather(-1, mb.targets[sel].unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
         entropy = -(logp.exp() * logp).sum(-1)
