@@ -58,6 +58,8 @@ class Split:
     start: int
     at: int
     rows: "torch.Tensor | slice"
+    shape: tuple[int, int]
+    """The ``[B, T]`` of the mask it was made for: used only for a step of that shape."""
 
     @property
     def reads_before(self) -> bool:
@@ -89,11 +91,12 @@ def hole_split(mask: "torch.Tensor", shared: int) -> Split | None:
     if cost > (1 - MIN_SKIPPED) * b * width:
         return None
     rows = (first < best).nonzero().flatten()
+    shape = (b, mask.shape[1])
     if not rows.numel():
-        return Split(start, start + best, slice(0, 0))
+        return Split(start, start + best, slice(0, 0), shape)
     if int(rows[-1] - rows[0]) + 1 == rows.numel():
-        return Split(start, start + best, slice(int(rows[0]), int(rows[-1]) + 1))  # no gather
-    return Split(start, start + best, rows)
+        return Split(start, start + best, slice(int(rows[0]), int(rows[-1]) + 1), shape)  # no gather
+    return Split(start, start + best, rows, shape)
 
 
 def enable(model: Any) -> bool:
@@ -160,8 +163,9 @@ def attend(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", ma
            shared: int, scale: float, split: Split | None = None) -> "torch.Tensor":
     """``[B, q, Hq, D]``: cascade where ``cascades``, else sdpa on the key/value heads as they are
     (no gradient: the engine's passes). A decode step given its ``hole_split`` skips the holes."""
-    if split is not None and (split.start != shared or query.shape[2] != 1 or mask is None):
-        split = None
+    if split is not None and (split.start != shared or split.shape != (query.shape[0], key.shape[2])
+                              or query.shape[2] != 1 or mask is None):
+        split = None  # made for another step
     if split is not None or cascades(query, key, shared):
         return _decode(query, key, value, mask, shared, scale, split)
     return grouped(query, key, value, mask, scale)

@@ -11,22 +11,28 @@ with ``B`` adds into the base product (``addmm``), and the backward pass is writ
 elementwise pass over the activations. The adapter's parameters, their float32 gradients and
 the state dict stay peft's.
 
-``set_fused(policy, on)`` gives each plain LoRA linear layer of a peft model (one adapter, no
-dropout, no DoRA or other variant, a ``torch.nn.Linear`` base, or a subclass marked
-``plain_linear`` such as the engine's ``PackedLinear``) the fused forward, or takes it away. The
-fused forward runs only where autograd records (the update's passes) and hands anything else to
-peft's own: passes without gradient (the engine sampling through the adapter keeps its packed
-products), adapters disabled (the reference policy of the KL term), merged, mixed-adapter
-batches, several active adapters.
+``set_fused(policy, on)`` gives each LoRA linear layer of a peft model with a ``torch.nn.Linear``
+base (or a subclass marked ``plain_linear``, such as the engine's ``PackedLinear``) the fused
+forward, or takes it away. The fused forward runs one plain adapter (no dropout, DoRA or other
+variant, no adapter bias, frozen base) in passes autograd records and in the trainer's own
+(``passes``), and hands anything else to peft's own: other passes without gradient (the engine
+sampling through the adapter keeps its packed products), adapters disabled (the reference
+policy of the KL term), merged, mixed-adapter batches, several active adapters.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.autograd.function import once_differentiable
 
 _FUSED = "_arft_fused_forward"  # marks an instance whose forward is the fused one
+_LOCAL = threading.local()
 
 
 class LoraLinear(torch.autograd.Function):
@@ -46,6 +52,7 @@ class LoraLinear(torch.autograd.Function):
         return y.view(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x2, z, weight, a, b = ctx.saved_tensors
         a_param, b_param = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
@@ -65,17 +72,15 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def fusable(layer: Any) -> bool:
-    """Whether ``layer`` is a plain peft LoRA linear layer the fused function computes exactly:
-    a ``torch.nn.Linear`` base (or a ``plain_linear`` subclass), every adapter without dropout or
-    variant (DoRA), weights not stored transposed."""
+    """Whether ``layer`` is a peft LoRA linear layer the fused function may run: a
+    ``torch.nn.Linear`` base (or a ``plain_linear`` subclass), weights not stored transposed.
+    Which adapter it runs is checked at every call (``_plain``)."""
     from peft.tuners.lora.layer import Linear
 
     base = type(getattr(layer, "base_layer", None))
     if type(layer) is not Linear or not (base is torch.nn.Linear or getattr(base, "plain_linear", False)):
         return False
-    if getattr(layer, "fan_in_fan_out", False) or getattr(layer, "lora_variant", {}):
-        return False
-    return all(isinstance(d, torch.nn.Identity) for d in layer.lora_dropout.values())
+    return not getattr(layer, "fan_in_fan_out", False)
 
 
 def set_fused(policy: Any, on: bool = True) -> int:
@@ -83,32 +88,53 @@ def set_fused(policy: Any, on: bool = True) -> int:
     returns how many layers have it now. Idempotent."""
     n = 0
     for layer in policy.modules():
-        if not fusable(layer):
-            continue
-        if on and _FUSED not in layer.__dict__:
-            layer.forward = _fused_forward.__get__(layer)
+        if on and fusable(layer) and _FUSED not in layer.__dict__:
+            # a partial, not a bound method: a pickled module must find its forward again
+            layer.forward = functools.partial(_fused_forward, layer)
             layer.__dict__[_FUSED] = True
         elif not on and _FUSED in layer.__dict__:
             del layer.__dict__["forward"], layer.__dict__[_FUSED]
-        n += on
+        n += _FUSED in layer.__dict__
     return n
 
 
+@contextlib.contextmanager
+def passes() -> Iterator[None]:
+    """The trainer's own passes on this thread take the fused forward without a gradient too
+    (its old-logprob pass must compute exactly what its update pass computes)."""
+    before = getattr(_LOCAL, "on", False)
+    _LOCAL.on = True
+    try:
+        yield
+    finally:
+        _LOCAL.on = before
+
+
 def _fused_forward(layer: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    """The forward of a fused layer; anything but one plain active adapter under autograd goes to peft."""
-    active = layer.active_adapters
-    if (not torch.is_grad_enabled() or args or kwargs or layer.disable_adapters or layer.merged or len(active) != 1
-            or active[0] not in layer.lora_A or not _same_dtype(layer, x)):
+    """The forward of a fused layer: one plain active adapter, in a pass autograd records or
+    one of the trainer's (``passes``); anything else goes to peft (the engine sampling through the
+    adapter keeps its packed products)."""
+    recorded = torch.is_grad_enabled() or getattr(_LOCAL, "on", False)
+    if not recorded or args or kwargs or not _plain(layer, x):
         return type(layer).forward(layer, x, *args, **kwargs)
-    name, base = active[0], layer.base_layer
+    name, base = layer.active_adapters[0], layer.base_layer
     return LoraLinear.apply(x, base.weight, base.bias, layer.lora_A[name].weight,
                             layer.lora_B[name].weight, layer.scaling[name])
 
 
-def _same_dtype(layer: Any, x: torch.Tensor) -> bool:
-    """Without autocast peft runs the adapter in its own dtype: fused only where that is the
-    input's and the base weight's dtype too (so the products are the ones peft would run)."""
+def _plain(layer: Any, x: torch.Tensor) -> bool:
+    """Whether peft would compute exactly ``LoraLinear``: adapters on and not merged, one active
+    adapter without dropout, variant (DoRA) or bias of its own, frozen base weights, and (without
+    autocast, where peft runs the adapter in its own dtype) one dtype for the input and weights."""
+    active = layer.active_adapters
+    if layer.disable_adapters or layer.merged or len(active) != 1 or active[0] not in layer.lora_A:
+        return False
+    name, base = active[0], layer.base_layer
+    if (not isinstance(layer.lora_dropout[name], torch.nn.Identity) or name in getattr(layer, "lora_variant", {})
+            or getattr(layer, "lora_bias", {}).get(name, False) or layer.lora_B[name].bias is not None):
+        return False
+    if base.weight.requires_grad or (base.bias is not None and base.bias.requires_grad):
+        return False
     if torch.is_autocast_enabled(x.device.type):
         return True
-    name = layer.active_adapters[0]
-    return x.dtype == layer.base_layer.weight.dtype == layer.lora_A[name].weight.dtype
+    return x.dtype == base.weight.dtype == layer.lora_A[name].weight.dtype

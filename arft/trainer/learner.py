@@ -154,7 +154,9 @@ class Learner:
     def _logprobs_no_grad(self, mb: Tensors) -> Any:
         import torch
 
-        with torch.no_grad(), self._autocast():
+        from arft.trainer.fused_lora import passes  # the update pass's arithmetic, for a ratio of 1
+
+        with torch.no_grad(), self._autocast(), passes():
             return token_logprobs(self.policy, mb, self.loss_cfg.temperature, self._share_prefix)[0]
 
     def _ref_logprobs(self, mb: Tensors) -> Any:

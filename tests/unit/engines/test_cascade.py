@@ -157,10 +157,10 @@ def test_attention_that_skips_holes_equals_attention_over_whole_rows(firsts: lis
     value[:, :, :shared] = value[:1, :, :shared]
     query, key, value = (x.to(dtype) for x in (query, key, value))
     step_mask = holes([max(f, shared) for f in firsts], shared)
-    step_mask[4, SHARED + 2] = 0  # a hole inside a row too
+    step_mask[:, T - 3] = 0  # a hole inside every row too, after its first real column
     mask = step_mask.bool()[:, None, None, :]
     split = cascade.hole_split(step_mask, shared)
-    assert split is not None and split.start == shared
+    assert split is not None and split.start == shared and split.shape == (B, T)
     want = sdpa(query, key, value, mask)
     for m in (mask, torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))):
         got = cascade.attend(query, key, value, m, shared, DIM ** -0.5, split)
@@ -183,6 +183,11 @@ def test_a_split_made_for_other_columns_is_not_used() -> None:
     mask = step_mask.bool()[:, None, None, :]
     split = cascade.hole_split(step_mask, 0)  # made for whole rows, the call below reads 20 shared
     assert split is None  # the shared columns are real in every row: no hole from column 0
-    split = cascade.Split(0, 40, slice(0, 1))
-    got = cascade.attend(query, key, value, mask, SHARED, DIM ** -0.5, split)
-    assert torch.allclose(got, sdpa(query, key, value, mask), atol=1e-5)
+    for split in (cascade.Split(0, 40, slice(0, 1), (B, T)),  # other columns
+                  cascade.Split(SHARED, 40, slice(0, 1), (B - 1, T)),  # another batch
+                  cascade.Split(SHARED, 40, slice(0, 1), (B, T - 1))):  # another width
+        got = cascade.attend(query, key, value, mask, SHARED, DIM ** -0.5, split)
+        assert torch.allclose(got, sdpa(query, key, value, mask), atol=1e-5)
+    # the same split made for this step's shape is used, and leaves out row 2's real columns
+    wrong = cascade.attend(query, key, value, mask, SHARED, DIM ** -0.5, cascade.Split(SHARED, 40, slice(0, 1), (B, T)))
+    assert not torch.allclose(wrong, sdpa(query, key, value, mask), atol=1e-3)

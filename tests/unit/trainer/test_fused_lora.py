@@ -80,15 +80,16 @@ def test_fused_layers_under_bf16_autocast_match_peft_within_bf16(tiny_model: Any
     assert errors["fused"][0] <= 2 * errors["peft"][0] and errors["fused"][1] <= 2 * errors["peft"][1]
 
 
-def test_fused_function_skips_the_input_gradient_nobody_needs() -> None:
-    x = torch.randn(5, 8)
-    w, a = torch.randn(6, 8), torch.randn(2, 8, requires_grad=True)
-    b = torch.randn(6, 2, requires_grad=True)
-    bias = torch.randn(6)
+def test_fused_function_gives_adapter_gradients_without_an_input_gradient() -> None:
+    x = torch.randn(5, 8)  # the first layer's input: nothing upstream trains
+    w, bias = torch.randn(6, 8), torch.randn(6)
+    a, b = torch.randn(2, 8, requires_grad=True), torch.randn(6, 2, requires_grad=True)
     y = LoraLinear.apply(x, w, bias, a, b, 0.5)
-    torch.testing.assert_close(y, x @ w.t() + bias + (x @ a.t()) @ (0.5 * b).t())
-    y.sum().backward()
-    assert a.grad is not None and b.grad is not None and x.grad is None
+    want = x @ w.t() + bias + (x @ a.t()) @ (0.5 * b).t()
+    torch.testing.assert_close(y, want)
+    got_grads = torch.autograd.grad(y.square().sum(), (a, b))
+    for g, w_ in zip(got_grads, torch.autograd.grad(want.square().sum(), (a, b))):
+        torch.testing.assert_close(g, w_)
 
 
 def test_fused_function_with_bias_matches_the_formula() -> None:
@@ -115,6 +116,9 @@ def test_disabled_adapter_merged_and_unfused_layers_go_to_peft(tiny_model: Any) 
         torch.testing.assert_close(fused(input_ids=ids).logits, base)
     adapted = fused(input_ids=ids).logits.detach()
     assert (adapted - base).abs().max() > 1e-4
+    fused.merge_adapter()  # merged: the base layer alone holds the adapter
+    torch.testing.assert_close(fused(input_ids=ids).logits.detach(), adapted, rtol=1e-4, atol=1e-5)
+    fused.unmerge_adapter()
     assert set_fused(fused, False) == 0
     assert all("forward" not in m.__dict__ for m in fused.modules())  # peft's own forward again
     torch.testing.assert_close(fused(input_ids=ids).logits.detach(), adapted, rtol=1e-5, atol=1e-5)
@@ -133,6 +137,37 @@ def test_fused_only_where_autograd_records(tiny_model: Any, monkeypatch: pytest.
     assert len(calls) == 14
 
 
+def test_trainer_passes_without_gradient_run_fused(tiny_model: Any) -> None:
+    # the old-logprob pass of updates_per_batch > 1 computes what the update pass computes
+    from arft.trainer.batching import micro_batches, to_train_batch
+
+    spec = TrainingSpec(bf16_autocast=True, updates_per_batch=2)
+    learner = Learner(policies(tiny_model)[1], spec, lr=1e-3, total_steps=2, temperature=1.0, pad_id=0)
+    rs = [rollout(list(range(5, 5 + n)), [0] * (n - 3) + [1] * 3) for n in (7, 9)]
+    mb = micro_batches(to_train_batch(rs, [1.0, -1.0]), 8)[0]
+    with learner._autocast():
+        recorded = token_logprobs(learner.policy, mb, 1.0, False)[0].detach()
+    learner.spec = spec.model_copy(update={"share_prefix": False})
+    assert torch.equal(learner._logprobs_no_grad(mb), recorded)
+    with torch.no_grad(), learner._autocast():  # outside the trainer's passes: peft's arithmetic
+        assert not torch.equal(token_logprobs(learner.policy, mb, 1.0, False)[0], recorded)
+
+
+def test_adapters_peft_runs_otherwise_are_not_fused(tiny_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    peft_policy, fused = policies(tiny_model)
+    set_fused(fused)
+    calls = []
+    apply = LoraLinear.apply
+    monkeypatch.setattr(LoraLinear, "apply", lambda *a: calls.append(1) or apply(*a))
+    q_proj = fused.base_model.model.model.layers[0].self_attn.q_proj
+    q_proj.base_layer.weight.requires_grad_(True)  # a trainable base weight needs peft's graph
+    q_proj.lora_B["default"].bias = torch.nn.Parameter(torch.zeros(q_proj.out_features))  # an adapter bias
+    k_proj = fused.base_model.model.model.layers[0].self_attn.k_proj
+    k_proj.base_layer.weight.requires_grad_(True)
+    fused(input_ids=batch_ids())
+    assert len(calls) == 12
+
+
 def test_packed_base_layers_are_fused(tiny_model: Any) -> None:
     from arft.engines import packed_linear
 
@@ -149,21 +184,26 @@ def test_packed_base_layers_are_fused(tiny_model: Any) -> None:
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
 
 
-def test_layers_with_dropout_are_not_fused(tiny_model: Any) -> None:
+def test_adapters_with_dropout_run_peft(tiny_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     _, with_dropout = policies(tiny_model, dropout=0.1)
-    assert set_fused(with_dropout) == 0
-    assert not any(fusable(m) for m in with_dropout.modules())
+    assert set_fused(with_dropout) == 14 and all(fusable(m) for m in with_dropout.modules() if "forward" in m.__dict__)
+    calls = []
+    apply = LoraLinear.apply
+    monkeypatch.setattr(LoraLinear, "apply", lambda *a: calls.append(1) or apply(*a))
+    with_dropout.train()
+    with_dropout(input_ids=batch_ids())
+    assert calls == []
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_learner_fuses_as_the_spec_says_and_updates_alike(tiny_model: Any, fused: bool) -> None:
+@pytest.mark.parametrize("fused,checkpointing", [(True, False), (False, False), (True, True)])
+def test_learner_fuses_as_the_spec_says_and_updates_alike(tiny_model: Any, fused: bool, checkpointing: bool) -> None:
     rs = [rollout(list(range(5, 5 + n)), [0] * (n - 3) + [1] * 3) for n in (7, 9, 8)]
     from arft.trainer.batching import to_train_batch
 
     batch = to_train_batch(rs, [1.0, -1.0, 0.5])
     states = []
     for on in (fused, not fused):
-        spec = TrainingSpec(fused_lora=on, bf16_autocast=False)
+        spec = TrainingSpec(fused_lora=on, bf16_autocast=False, gradient_checkpointing=checkpointing)
         learner = Learner(wrap_policy(copy.deepcopy(tiny_model).float(), spec, 0), spec, lr=1e-2,
                           total_steps=4, temperature=1.0, pad_id=0)
         assert any("forward" in m.__dict__ for m in learner.policy.modules()) is on
