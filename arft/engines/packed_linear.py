@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from arft.engines.hf_model import param_state
+from arft.thread_flag import ThreadFlag
 
 if TYPE_CHECKING:
     import torch
@@ -42,7 +42,7 @@ ROWS_HINT = 32
 DTYPES = ("float32", "bfloat16")
 """The weight dtypes packed; bfloat16 only where the CPU runs oneDNN's bf16 path (``supports``)."""
 
-_LOCAL = threading.local()
+_PASSES = ThreadFlag()
 _PACKS: "weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], tuple[Any, ...], torch.Tensor]]" = (
     weakref.WeakKeyDictionary())
 """Each layer's packed weight (or a fused group's, under its owner module), with weak references
@@ -95,12 +95,8 @@ def enable(model: Any) -> int:
 @contextlib.contextmanager
 def packed_passes() -> Iterator[None]:
     """Within this block, on this thread, enabled layers take the packed path."""
-    before = getattr(_LOCAL, "on", False)
-    _LOCAL.on = True
-    try:
+    with _PASSES.on():
         yield
-    finally:
-        _LOCAL.on = before
 
 
 def packed_weight(module: Any) -> "torch.Tensor | None":
@@ -146,7 +142,7 @@ def _forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
     import torch.nn.functional as F
 
     weight, bias = self.weight, self.bias
-    if not getattr(_LOCAL, "on", False):  # the trainer, HF generate: nothing else is looked at
+    if not _PASSES:  # the trainer, HF generate: nothing else is looked at
         return F.linear(x, weight, bias)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
     if (grad or x.dtype != weight.dtype or x.numel() > MAX_ROWS * x.shape[-1] or weight.device.type != "cpu"

@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.autograd.function import once_differentiable
 
+from arft.thread_flag import ThreadFlag
+
 _FUSED = "_arft_fused_forward"  # marks an instance whose forward is the fused one
-_LOCAL = threading.local()
+_PASSES = ThreadFlag()
 
 
 class LoraLinear(torch.autograd.Function):
@@ -102,19 +103,15 @@ def set_fused(policy: Any, on: bool = True) -> int:
 def passes() -> Iterator[None]:
     """The trainer's own passes on this thread take the fused forward without a gradient too
     (its old-logprob pass must compute exactly what its update pass computes)."""
-    before = getattr(_LOCAL, "on", False)
-    _LOCAL.on = True
-    try:
+    with _PASSES.on():
         yield
-    finally:
-        _LOCAL.on = before
 
 
 def _fused_forward(layer: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """The forward of a fused layer: one plain active adapter, in a pass autograd records or
     one of the trainer's (``passes``); anything else goes to peft (the engine sampling through the
     adapter keeps its packed products)."""
-    recorded = torch.is_grad_enabled() or getattr(_LOCAL, "on", False)
+    recorded = torch.is_grad_enabled() or bool(_PASSES)
     if not recorded or args or kwargs or not _plain(layer, x):
         return type(layer).forward(layer, x, *args, **kwargs)
     name, base = layer.active_adapters[0], layer.base_layer
