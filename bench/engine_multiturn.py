@@ -22,6 +22,10 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
 - ``kv-no-mix``: ``engine+kv`` with every decode step in a pass of its own, where ``engine+kv``
   runs the running rows' step in the pass that prefills the rows joining them
   (``ModelPass.step_and_prefill``), to measure what sharing the pass adds.
+- ``kv-adapter`` (with ``--lora``): ``engine+kv`` sampling through the adapter (peft's layers,
+  ``engine.lora: adapter``) instead of a merged copy, what ``engine.lora: auto`` picks for
+  bfloat16 weights; ``kv-adapter-hf`` the same with Hugging Face's forward (peft's layers) instead
+  of the fused pass with the adapters' products packed (``arft.engines.lora_products``).
 - ``kv-two-pools``: ``engine+kv`` without releasing OpenMP thread pools (``arft.cpu_threads``):
   the main thread's pool (from loading the model and the ``hf`` arm) stays alive beside the
   engine worker's, to measure what keeping one pool alive adds.
@@ -57,7 +61,7 @@ EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name":
            '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
 TURNS = 3
 SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward", "kv-no-mix",
-           "kv-two-pools")
+           "kv-two-pools", "kv-adapter", "kv-adapter-hf")
 
 
 def tool_result(task: int, turn: int) -> str:
@@ -164,12 +168,16 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
 
     options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
                "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False},
-               "kv-hf-forward": {"fused_decode": False}, "kv-no-mix": {}, "kv-two-pools": {}}
+               "kv-hf-forward": {"fused_decode": False}, "kv-no-mix": {}, "kv-two-pools": {}, "kv-adapter": {},
+               "kv-adapter-hf": {"fused_decode": False}}
     # one model for every arm (same weights); the engines built first switch its attention and linear
     # layers, which other callers (HF generate, an arm with a switch off) run as sdpa and F.linear
-    build = (lambda **kw: SnapshotEngine.of(model, work.tokenizer, merge_lora=True, **kw)) if lora else (
-        lambda **kw: TransformersEngine(model, work.tokenizer, **kw))
-    engines = {name: build(max_batch_size=32, **kw) for name, kw in options.items() if name in systems}
+    build = (lambda merge=True, **kw: SnapshotEngine.of(model, work.tokenizer, merge_lora=merge, **kw)) if lora else (
+        lambda merge=True, **kw: TransformersEngine(model, work.tokenizer, **kw))
+    if any(name.startswith("kv-adapter") for name in systems) and not lora:
+        raise SystemExit("kv-adapter and kv-adapter-hf sample through a LoRA adapter: run them with --lora")
+    engines = {name: build(max_batch_size=32, merge=not name.startswith("kv-adapter"), **kw)
+               for name, kw in options.items() if name in systems}
     if "kv-no-mix" in engines:
         engines["kv-no-mix"]._pass.mix = False
     if "hf" in systems:

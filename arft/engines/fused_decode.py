@@ -20,8 +20,9 @@ more than ``packed_linear.MAX_ROWS`` real tokens use ``F.linear``, which beats o
 products at that size.
 
 It takes a model only when it can reproduce it: a ``LlamaForCausalLM`` on the CPU with SiLU
-MLPs, no projection biases, plain (or packed) linear layers and a dtype oneDNN packs here; any
-other model (a peft adapter, Qwen, a GPU) keeps Hugging Face's forward. Logits equal Hugging
+MLPs, no projection biases, plain (or packed) linear layers and a dtype oneDNN packs here, or
+such a model under plain peft LoRA adapters (their products packed beside the base layers':
+``arft.engines.lora_products``); any other model (DoRA, Qwen, a GPU) keeps Hugging Face's forward. Logits equal Hugging
 Face's within float rounding (the tests compare both; on the embedded model in float32 they
 measured bit-identical). The packs follow the weights as ``packed_linear`` does (redone when a
 weight changes; ``forget`` drops them); the engine checks the model again on
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from arft.engines import cascade, packed_linear
+from arft.engines import cascade, lora_products, packed_linear
 from arft.engines.ragged import RaggedRows
 
 if TYPE_CHECKING:
@@ -46,7 +47,10 @@ class FusedDecoder:
     """``logits(ids, positions, mask, cache, shared)``: a decode step or a prefill of ``model`` (module doc)."""
 
     def __init__(self, model: Any) -> None:
-        self.model = model
+        self.model = model = lora_products.unwrap(model)
+        self.adapted = next((m for layer in model.model.layers for m in layer.modules()
+                             if lora_products.is_lora(m)), None)
+        """The first LoRA layer (peft switches all at once), if the model has adapters."""
         config = model.config
         attention = model.model.layers[0].self_attn
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -60,6 +64,11 @@ class FusedDecoder:
     def of(cls, model: Any) -> "FusedDecoder | None":
         """A decoder for ``model``, or ``None`` where it would not reproduce Hugging Face's forward."""
         return cls(model) if supported(model) else None
+
+    def runs_now(self) -> bool:
+        """Whether a pass now may be fused: the adapters (if any) are still on, unmerged, one
+        active (``lora_products.still_plain``); otherwise Hugging Face's forward runs it."""
+        return self.adapted is None or lora_products.still_plain(self.adapted)
 
     def logits(self, ids: "torch.Tensor", positions: "torch.Tensor", mask: "torch.Tensor", cache: Any,
                shared: int = 0) -> "torch.Tensor":
@@ -162,10 +171,12 @@ def _keep(mask: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
 
 
 def supported(model: Any) -> bool:
-    """Whether ``FusedDecoder`` reproduces ``model``'s forward (see the module doc)."""
+    """Whether ``FusedDecoder`` reproduces ``model``'s forward (see the module doc): a
+    ``LlamaForCausalLM``, or one under plain peft LoRA adapters (``lora_products.plain``)."""
     import torch
     from transformers import LlamaForCausalLM
 
+    model = lora_products.unwrap(model)
     if type(model) is not LlamaForCausalLM:
         return False
     config, weight = model.config, model.lm_head.weight
@@ -173,23 +184,33 @@ def supported(model: Any) -> bool:
             or not packed_linear.supports(weight.dtype) or not cascade._has_cpu_flash()):
         return False
     linear = (torch.nn.Linear, packed_linear._packed_class())
-    modules = [m for layer in model.model.layers for m in layer.modules() if hasattr(m, "weight")]
+    adapted = [m for layer in model.model.layers for m in layer.modules() if lora_products.is_lora(m)]
+    inside = {id(m) for layer in adapted for m in layer.modules() if m is not layer}
+    modules = [m for layer in model.model.layers for m in layer.modules()
+               if hasattr(m, "weight") and id(m) not in inside and not lora_products.is_lora(m)]
     return all(type(m) in linear and m.bias is None for m in modules if m.weight.dim() == 2) \
+        and all(lora_products.plain(m) for m in adapted) \
         and type(model.lm_head) in linear and model.lm_head.bias is None
 
 
 def _project(x: "torch.Tensor", owner: Any, layers: list[Any]) -> list["torch.Tensor"]:
     """``x`` times each of ``layers``' weights: up to ``packed_linear.MAX_ROWS`` rows as one product
     with their stacked packed weights (kept under ``owner``), split; more rows (a long prefill),
-    where ``F.linear`` is faster, one ``F.linear`` each."""
+    where ``F.linear`` is faster, one ``F.linear`` each. peft LoRA layers add their adapters'
+    products (``lora_products``)."""
     import torch
     import torch.nn.functional as F
 
+    adapted = lora_products.is_lora(layers[0])
+    bases = [layer.base_layer for layer in layers] if adapted else layers
     if x.numel() > packed_linear.MAX_ROWS * x.shape[-1]:
-        return [F.linear(x, layer.weight) for layer in layers]
-    packed = packed_linear.packed(owner, [layer.weight for layer in layers])
+        outs = [F.linear(x, base.weight) for base in bases]
+        return [o + lora_products.unpacked_term(x, layer) for o, layer in zip(outs, layers)] if adapted else outs
+    packed = packed_linear.packed(owner, [base.weight for base in bases])
     out = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-    return list(out.split([layer.weight.shape[0] for layer in layers], dim=-1)) if len(layers) > 1 else [out]
+    if adapted:
+        out += lora_products.adapter_term(x, layers)
+    return list(out.split([base.weight.shape[0] for base in bases], dim=-1)) if len(layers) > 1 else [out]
 
 
 def _norm(x: "torch.Tensor", norm: Any) -> "torch.Tensor":

@@ -49,7 +49,7 @@ class ModelPass:
         """Whether ``step_and_prefill`` runs its two passes as one (the fused path)."""
         import torch
 
-        return self.mix and self.fused is not None and not torch.is_grad_enabled()
+        return self.mix and self.fused is not None and not torch.is_grad_enabled() and self.fused.runs_now()
 
     def step_and_prefill(self, step: PassInputs, fill: PassInputs
                          ) -> tuple["torch.Tensor", "torch.Tensor", bool]:
@@ -67,7 +67,8 @@ class ModelPass:
         ``shared``: leading columns every row holds the same (cascade attention reads them once)."""
         import torch
 
-        if self.fused is not None and not torch.is_grad_enabled() and _new_token_each_row(ids, mask):
+        if (self.fused is not None and not torch.is_grad_enabled() and self.fused.runs_now()
+                and _new_token_each_row(ids, mask)):
             return self.fused.logits(ids, positions, mask, cache, shared)
         extra = {cascade.KEYWORD: shared} if self.cascade else {}
         with packed_linear.packed_passes() if self.packed else contextlib.nullcontext():

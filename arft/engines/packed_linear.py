@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from arft.engines.hf_model import param_state
@@ -152,16 +152,19 @@ def _forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
                                               "none", [], "")
 
 
-def packed(owner: Any, weights: "list[torch.Tensor]") -> "torch.Tensor":
+def packed(owner: Any, weights: "list[torch.Tensor]",
+           build: "Callable[[list[torch.Tensor]], torch.Tensor] | None" = None) -> "torch.Tensor":
     """The packed copy of ``weights`` stacked along their output rows (one weight: a layer's own;
-    several: a fused projection such as q, k and v), kept under ``owner`` (a module of the model,
-    so ``forget`` drops it) and redone when any of them changes as ``param_state`` sees it."""
+    several: a fused projection such as q, k and v), or of the matrix ``build`` makes of them,
+    kept under ``owner`` (a module of the model, so ``forget`` drops it) and redone when any of
+    them changes as ``param_state`` sees it."""
     import torch
 
     state = tuple(param_state(w) for w in weights)
     entry = _PACKS.get(owner)
     if entry is None or entry[1] != state or any(ref() is not w for ref, w in zip(entry[0], weights)):
-        stacked = weights[0].detach() if len(weights) == 1 else torch.cat([w.detach() for w in weights])
+        detached = [w.detach() for w in weights]
+        stacked = build(detached) if build is not None else detached[0] if len(weights) == 1 else torch.cat(detached)
         entry = _PACKS[owner] = (tuple(weakref.ref(w) for w in weights), state,
                                  torch.ops.mkldnn._reorder_linear_weight(stacked, ROWS_HINT))
     return entry[2]

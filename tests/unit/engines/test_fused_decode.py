@@ -53,9 +53,25 @@ def hf_step(model: Any, cache: Any, mask: torch.Tensor, ids: torch.Tensor, posit
     return out.logits[:, -1]
 
 
+def adapted(model: Any, seed: int = 0, **config: Any) -> Any:
+    """``model`` under a peft LoRA adapter on every linear layer, its B moved off zero (peft starts
+    it at zero, which would hide the adapter's products), in eval mode as the engine runs it."""
+    from peft import LoraConfig, get_peft_model
+
+    policy = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", **config))
+    torch.manual_seed(seed)
+    for name, p in policy.named_parameters():
+        if "lora_B" in name:
+            p.data.normal_(0, 0.1)
+    return policy.eval()
+
+
+@pytest.mark.parametrize("lora", [False, True])
 @pytest.mark.parametrize("shared", [0, MIN_SHARED + 4])
-def test_logits_equal_hugging_faces(tokenizer: Any, shared: int) -> None:
+def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: bool) -> None:
     model = varied_model(tokenizer, seed=1)
+    if lora:  # the policy the engine samples through (engine.lora: adapter)
+        model = adapted(model)
     reference = copy.deepcopy(model)
     reference.set_attn_implementation("sdpa")
     TransformersEngine(model, tokenizer)  # the engine's model: cascade attention, packed linears
@@ -127,7 +143,7 @@ def test_follows_a_weight_written_in_place(tokenizer: Any) -> None:
     assert torch.allclose(after, want, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["llama", "peft", "bias", "gelu", "not llama"])
+@pytest.mark.parametrize("case", ["llama", "peft", "dora", "dropout", "bias", "gelu", "not llama"])
 def test_takes_only_models_it_reproduces(tokenizer: Any, case: str) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
@@ -138,12 +154,26 @@ def test_takes_only_models_it_reproduces(tokenizer: Any, case: str) -> None:
     else:
         extra = {"bias": {"attention_bias": True}, "gelu": {"hidden_act": "gelu"}}.get(case, {})
         model = LlamaForCausalLM(LlamaConfig(**small, **extra))
+    if case in ("peft", "dora", "dropout"):
+        extra = {"dora": {"use_dora": True}, "dropout": {"lora_dropout": 0.1}}.get(case, {})
+        model = adapted(model, **extra)
+    if case == "dropout":
+        model.train()  # dropout that runs: not reproduced
+    assert supported(model) is (case in ("llama", "peft"))
+    assert (FusedDecoder.of(model) is not None) is (case in ("llama", "peft"))
     if case == "peft":
-        from peft import LoraConfig, get_peft_model
+        model.eval()
+        assert supported(model)  # dropout in eval mode does nothing
 
-        model = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
-    assert supported(model) is (case == "llama")
-    assert (FusedDecoder.of(model) is not None) is (case == "llama")
+
+async def same_samples(fused: Any, plain: Any, prompts: list[list[int]]) -> None:
+    """Both engines sample the same tokens, greedy and seeded, with the same logprobs."""
+    for p in (sampling(temperature=0.0, max_new_tokens=8), sampling(temperature=1.0, max_new_tokens=8, seed=3)):
+        got = await asyncio.gather(*(fused.generate(q, p) for q in prompts))
+        want = await asyncio.gather(*(plain.generate(q, p) for q in prompts))
+        for g, w in zip(got, want):
+            assert g.token_ids == w.token_ids
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
 
 
 async def test_engine_samples_the_same_tokens_either_way(tokenizer: Any) -> None:
@@ -155,12 +185,7 @@ async def test_engine_samples_the_same_tokens_either_way(tokenizer: Any) -> None
     system = list(range(300, 300 + MIN_SHARED + 8))  # shared by every row: cascade attention
     prompts = [system + [400 + i] * (i + 1) for i in range(3)]
     try:
-        for p in (sampling(temperature=0.0, max_new_tokens=8), sampling(temperature=1.0, max_new_tokens=8, seed=3)):
-            got = await asyncio.gather(*(fused.generate(q, p) for q in prompts))
-            want = await asyncio.gather(*(plain.generate(q, p) for q in prompts))
-            for g, w in zip(got, want):
-                assert g.token_ids == w.token_ids
-                assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+        await same_samples(fused, plain, prompts)
         assert fused.stats.cascade_steps > 0 and fused.stats.decode_steps > 0
     finally:
         await fused.aclose()
@@ -174,13 +199,38 @@ async def test_an_adapter_injected_later_turns_the_fused_step_off(tokenizer: Any
     engine = TransformersEngine(model, tokenizer, max_batch_size=2)
     try:
         assert engine._pass.fused is not None
-        inject_adapter_in_model(LoraConfig(r=2, target_modules=["q_proj", "v_proj"]), model)
+        inject_adapter_in_model(LoraConfig(r=2, target_modules=["q_proj", "v_proj"], use_dora=True), model)
         engine.clear_prefix_cache()  # what the docs ask for after an adapter change
-        assert engine._pass.fused is None
+        assert engine._pass.fused is None  # DoRA: Hugging Face's forward
         gen = await engine.generate(list(range(300, 320)), sampling(temperature=0.0, max_new_tokens=4))
         assert len(gen.token_ids) == 4
     finally:
         await engine.aclose()
+
+
+async def test_engine_samples_through_an_adapter_the_same_tokens_either_way(tokenizer: Any) -> None:
+    torch.set_num_threads(1)
+    policy = adapted(varied_model(tokenizer, seed=3), seed=1)
+    fused = TransformersEngine(policy, tokenizer, max_batch_size=4)
+    plain = TransformersEngine(copy.deepcopy(policy), tokenizer, max_batch_size=4, fused_decode=False)
+    assert fused._pass.fused is not None and plain._pass.fused is None
+    system = list(range(300, 300 + MIN_SHARED + 8))
+    prompts = [system + [400 + i] * (i + 1) for i in range(3)]
+    try:
+        await same_samples(fused, plain, prompts)
+        # adapters switched off (the KL reference's pass, on another thread): Hugging Face's forward
+        # runs it, and gives the base model's tokens
+        base = TransformersEngine(varied_model(tokenizer, seed=3), tokenizer, max_batch_size=4)  # same weights
+        with policy.disable_adapter():
+            assert not fused._pass.fused.runs_now()
+            fused.prefix_cache.clear()  # its keys and values were made with the adapter on
+            off = await fused.generate(prompts[0], sampling(temperature=0.0, max_new_tokens=8))
+        want_off = await base.generate(prompts[0], sampling(temperature=0.0, max_new_tokens=8))
+        await base.aclose()
+        assert off.token_ids == want_off.token_ids
+    finally:
+        await fused.aclose()
+        await plain.aclose()
 
 
 def test_a_prefill_row_without_new_tokens_keeps_hugging_faces_forward(tokenizer: Any) -> None:
