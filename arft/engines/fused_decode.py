@@ -48,9 +48,8 @@ class FusedDecoder:
 
     def __init__(self, model: Any) -> None:
         self.model = model = lora_products.unwrap(model)
-        self.adapted = next((m for layer in model.model.layers for m in layer.modules()
-                             if lora_products.is_lora(m)), None)
-        """The first LoRA layer (peft switches all at once), if the model has adapters."""
+        self.adapted = [m for layer in model.model.layers for m in layer.modules() if lora_products.is_lora(m)]
+        """The model's LoRA layers (none without adapters)."""
         config = model.config
         attention = model.model.layers[0].self_attn
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -67,8 +66,8 @@ class FusedDecoder:
 
     def runs_now(self) -> bool:
         """Whether a pass now may be fused: the adapters (if any) are still on, unmerged, one
-        active (``lora_products.still_plain``); otherwise Hugging Face's forward runs it."""
-        return self.adapted is None or lora_products.still_plain(self.adapted)
+        active, dropout off (``lora_products.still_plain``); otherwise Hugging Face's forward runs it."""
+        return all(lora_products.still_plain(layer) for layer in self.adapted)
 
     def logits(self, ids: "torch.Tensor", positions: "torch.Tensor", mask: "torch.Tensor", cache: Any,
                shared: int = 0) -> "torch.Tensor":
@@ -201,8 +200,8 @@ def _project(x: "torch.Tensor", owner: Any, layers: list[Any]) -> list["torch.Te
     import torch
     import torch.nn.functional as F
 
-    adapted = lora_products.is_lora(layers[0])
-    bases = [layer.base_layer for layer in layers] if adapted else layers
+    adapted = any(lora_products.is_lora(layer) for layer in layers)
+    bases = [getattr(layer, "base_layer", layer) for layer in layers]
     if x.numel() > packed_linear.MAX_ROWS * x.shape[-1]:
         outs = [F.linear(x, base.weight) for base in bases]
         return [o + lora_products.unpacked_term(x, layer) for o, layer in zip(outs, layers)] if adapted else outs

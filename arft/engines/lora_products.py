@@ -11,9 +11,10 @@ packed product, in the input's dtype (as the trainer's bf16 autocast computes th
 
 ``plain(layer)`` says which adapted layers this computes exactly: one active adapter, not merged
 or disabled, no DoRA or other variant, no adapter bias, dropout inactive (eval mode) or none,
-a bias-free base of plain (or packed) linear type. peft switches adapters on and off for every
-layer at once (``disable_adapter``, ``merge_adapter``, ``set_adapter``); ``still_plain`` checks
-that state on the first adapted layer before each pass.
+a bias-free base of plain (or packed) linear type. A group may mix adapted and plain layers
+(adapters on q and v only): the plain ones get a zero block. ``still_plain`` checks the switches
+peft flips at run time (``disable_adapter``, ``merge_adapter``, ``set_adapter``, ``train()``) on
+every adapted layer before each pass.
 """
 
 from __future__ import annotations
@@ -47,42 +48,58 @@ def plain(layer: Any) -> bool:
     if not still_plain(layer):
         return False
     name = layer.active_adapters[0]
-    dropout = layer.lora_dropout[name]
     return (name not in getattr(layer, "lora_variant", {}) and not getattr(layer, "lora_bias", {}).get(name, False)
-            and type(layer.lora_A[name]) in linear and type(layer.lora_B[name]) in linear
-            and layer.lora_B[name].bias is None and layer.lora_A[name].bias is None
-            and (isinstance(dropout, torch.nn.Identity) or not dropout.training))
+            and name in layer.lora_B and type(layer.lora_A[name]) in linear and type(layer.lora_B[name]) in linear
+            and layer.lora_B[name].bias is None and layer.lora_A[name].bias is None)
 
 
 def still_plain(layer: Any) -> bool:
-    """The switches peft flips for every layer at once: adapters on, not merged, one active."""
+    """The switches peft flips for every layer at once (adapters on, not merged, one active
+    adapter this layer holds) and the mode (its dropout inactive): checked before every pass."""
+    import torch
+
     active = layer.active_adapters
-    return not layer.disable_adapters and not layer.merged and len(active) == 1 and active[0] in layer.lora_A
+    if layer.disable_adapters or layer.merged or len(active) != 1 or active[0] not in layer.lora_A:
+        return False
+    dropout = layer.lora_dropout[active[0]]
+    return not dropout.training or isinstance(dropout, torch.nn.Identity) or getattr(dropout, "p", None) == 0
 
 
 def adapter_term(x: "torch.Tensor", layers: list[Any]) -> "torch.Tensor":
-    """``(x Aᵀ)(s B)ᵀ`` of every layer of ``layers`` (peft LoRA layers sharing the input ``x``),
-    side by side along the last dimension as their base products are: packed products (the ``A``
-    stacked, the scaled ``B`` block-diagonal) in ``x``'s dtype, kept under the first layer's
-    adapter modules."""
+    """``(x Aᵀ)(s B)ᵀ`` of every layer of ``layers`` (layers sharing the input ``x``, some of them
+    peft LoRA layers), side by side along the last dimension as their base products are, zero
+    for a layer without an adapter: packed products (the adapters' ``A`` stacked, the scaled
+    ``B`` block-diagonal) in ``x``'s dtype, kept under the first adapted layer's modules."""
     import torch
 
-    name = layers[0].active_adapters[0]
-    a = [layer.lora_A[name].weight for layer in layers]
-    b = [layer.lora_B[name].weight for layer in layers]
-    scales = [layer.scaling[name] for layer in layers]
+    adapted = [layer for layer in layers if is_lora(layer)]
+    name = adapted[0].active_adapters[0]
     dtype = x.dtype
-    packed_a = packed_linear.packed(layers[0].lora_A, a, lambda ws: torch.cat(ws).to(dtype))
-    packed_b = packed_linear.packed(
-        layers[0].lora_B, b, lambda ws: torch.block_diag(*(w * s for w, s in zip(ws, scales))).to(dtype))
+    scales = tuple(layer.scaling[name] for layer in adapted)
+    has = tuple(is_lora(layer) for layer in layers)
+    outs = [layer.weight.shape[0] for layer in layers]
+
+    def blocks(ws: "list[torch.Tensor]") -> "torch.Tensor":
+        """The scaled ``B`` block-diagonal; a layer without an adapter: its rows, no column."""
+        scaled = iter(w * s for w, s in zip(ws, scales))
+        parts = [next(scaled) if h else ws[0].new_zeros(out, 0) for h, out in zip(has, outs)]
+        return torch.block_diag(*parts).to(dtype)
+
+    a = [layer.lora_A[name].weight for layer in adapted]
+    b = [layer.lora_B[name].weight for layer in adapted]
+    packed_a = packed_linear.packed(adapted[0].lora_A, a, lambda ws: torch.cat(ws).to(dtype), key=(dtype,))
+    packed_b = packed_linear.packed(adapted[0].lora_B, b, blocks, key=(dtype, scales, has))
     z = torch.ops.mkldnn._linear_pointwise(x, packed_a, None, "none", [], "")
     return torch.ops.mkldnn._linear_pointwise(z, packed_b, None, "none", [], "")
 
 
-def unpacked_term(x: "torch.Tensor", layer: Any) -> "torch.Tensor":
-    """``(x Aᵀ)(s B)ᵀ`` of one layer with ``F.linear`` (the long prefills that keep it)."""
+def unpacked_term(x: "torch.Tensor", layer: Any) -> "torch.Tensor | float":
+    """``(x Aᵀ)(s B)ᵀ`` of one layer with ``F.linear`` (the long prefills that keep it); 0 for a
+    layer without an adapter."""
     import torch.nn.functional as F
 
+    if not is_lora(layer):
+        return 0.0
     name = layer.active_adapters[0]
     a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
     return F.linear(F.linear(x, a.to(x.dtype)), (b * layer.scaling[name]).to(x.dtype))

@@ -153,14 +153,15 @@ def _forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
 
 
 def packed(owner: Any, weights: "list[torch.Tensor]",
-           build: "Callable[[list[torch.Tensor]], torch.Tensor] | None" = None) -> "torch.Tensor":
+           build: "Callable[[list[torch.Tensor]], torch.Tensor] | None" = None, key: tuple[Any, ...] = ()
+           ) -> "torch.Tensor":
     """The packed copy of ``weights`` stacked along their output rows (one weight: a layer's own;
     several: a fused projection such as q, k and v), or of the matrix ``build`` makes of them,
     kept under ``owner`` (a module of the model, so ``forget`` drops it) and redone when any of
-    them changes as ``param_state`` sees it."""
+    them changes as ``param_state`` sees it, or ``key`` (what else ``build`` reads) changes."""
     import torch
 
-    state = tuple(param_state(w) for w in weights)
+    state = (*(param_state(w) for w in weights), key)
     entry = _PACKS.get(owner)
     if entry is None or entry[1] != state or any(ref() is not w for ref, w in zip(entry[0], weights)):
         detached = [w.detach() for w in weights]

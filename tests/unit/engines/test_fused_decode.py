@@ -53,12 +53,13 @@ def hf_step(model: Any, cache: Any, mask: torch.Tensor, ids: torch.Tensor, posit
     return out.logits[:, -1]
 
 
-def adapted(model: Any, seed: int = 0, **config: Any) -> Any:
-    """``model`` under a peft LoRA adapter on every linear layer, its B moved off zero (peft starts
-    it at zero, which would hide the adapter's products), in eval mode as the engine runs it."""
+def adapted(model: Any, seed: int = 0, target_modules: Any = "all-linear", **config: Any) -> Any:
+    """``model`` under a peft LoRA adapter (every linear layer by default), its B moved off zero
+    (peft starts it at zero, which would hide the adapter's products), in eval mode as the engine
+    runs it."""
     from peft import LoraConfig, get_peft_model
 
-    policy = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", **config))
+    policy = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=target_modules, **config))
     torch.manual_seed(seed)
     for name, p in policy.named_parameters():
         if "lora_B" in name:
@@ -66,12 +67,17 @@ def adapted(model: Any, seed: int = 0, **config: Any) -> Any:
     return policy.eval()
 
 
-@pytest.mark.parametrize("lora", [False, True])
+ADAPTERS = [None, "all-linear", ["q_proj", "v_proj", "up_proj"]]
+"""No adapter, one on every layer, and on some layers of a fused group only (peft's default for
+Llama adapts q and v): the plain layers of a group get a zero block."""
+
+
+@pytest.mark.parametrize("lora", ADAPTERS)
 @pytest.mark.parametrize("shared", [0, MIN_SHARED + 4])
-def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: bool) -> None:
+def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: Any) -> None:
     model = varied_model(tokenizer, seed=1)
     if lora:  # the policy the engine samples through (engine.lora: adapter)
-        model = adapted(model)
+        model = adapted(model, target_modules=lora)
     reference = copy.deepcopy(model)
     reference.set_attn_implementation("sdpa")
     TransformersEngine(model, tokenizer)  # the engine's model: cascade attention, packed linears
@@ -92,12 +98,15 @@ def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: bool) -> 
 
 
 @pytest.mark.parametrize(("cached", "width"), [(True, 6), (False, 6), (True, packed_linear.MAX_ROWS // 2)])
-def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width: int) -> None:
+@pytest.mark.parametrize("lora", ADAPTERS)
+def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width: int, lora: Any) -> None:
     # a prefill of `width` new tokens per row (one row's new tokens left-padded to 2), after a
     # cached history or into an empty cache (padding positions before any real column); the
     # padding is not run (arft.engines.ragged); a long one (more than MAX_ROWS real tokens) runs
     # F.linear instead of the packed products
     model = varied_model(tokenizer, seed=6)
+    if lora:
+        model = adapted(model, target_modules=lora)
     reference = copy.deepcopy(model)
     packed_linear.enable(model)
     decoder = FusedDecoder.of(model)
@@ -126,12 +135,18 @@ def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width:
         assert torch.allclose(a.keys.transpose(1, 2)[real], b.keys.transpose(1, 2)[real], atol=1e-5)
 
 
-def test_follows_a_weight_written_in_place(tokenizer: Any) -> None:
-    model = varied_model(tokenizer, seed=2)
+def decoding(model: Any) -> tuple[Any, torch.Tensor, torch.Tensor, FusedDecoder]:
+    """``model`` with packed linears, a prefilled cache (``prefilled``) and its fused decoder."""
     packed_linear.enable(model)
-    (cache, mask), ids, positions = prefilled(model, 0)
+    state = prefilled(model, 0)
     decoder = FusedDecoder.of(model)
     assert decoder is not None
+    return (*state, decoder)
+
+
+def test_follows_a_weight_written_in_place(tokenizer: Any) -> None:
+    model = varied_model(tokenizer, seed=2)
+    (cache, mask), ids, positions, decoder = decoding(model)
     with torch.no_grad():
         before = decoder.logits(ids, positions, mask, copy.deepcopy(cache))
         for layer in model.model.layers:  # what an optimizer step does: the version moves
@@ -141,6 +156,24 @@ def test_follows_a_weight_written_in_place(tokenizer: Any) -> None:
     want = hf_step(model, cache, mask, ids, positions)
     assert not torch.allclose(before, after, atol=1e-3)
     assert torch.allclose(after, want, atol=1e-4)
+
+
+def test_follows_an_adapter_trained_in_place(tokenizer: Any) -> None:
+    # the engine sampling through the policy the trainer updates: the adapters' packs are redone
+    policy = adapted(varied_model(tokenizer, seed=2), target_modules=["q_proj", "v_proj", "down_proj"])
+    (cache, mask), ids, positions, decoder = decoding(policy)
+    with torch.no_grad():
+        before = decoder.logits(ids, positions, mask, copy.deepcopy(cache))
+        for name, p in policy.named_parameters():
+            if "lora_" in name:  # an optimizer step on the adapter: the version moves
+                p.add_(0.05 * torch.randn_like(p))
+        after = decoder.logits(ids, positions, mask, copy.deepcopy(cache))
+        for layer in policy.base_model.model.model.layers:  # a new scale: the B pack is redone too
+            layer.self_attn.q_proj.scaling["default"] *= 3
+        scaled = decoder.logits(ids, positions, mask, copy.deepcopy(cache))
+    want = hf_step(policy, cache, mask, ids, positions)
+    assert not torch.allclose(before, after, atol=1e-3) and not torch.allclose(after, scaled, atol=1e-3)
+    assert torch.allclose(scaled, want, atol=1e-4)
 
 
 @pytest.mark.parametrize("case", ["llama", "peft", "dora", "dropout", "bias", "gelu", "not llama"])
@@ -161,9 +194,12 @@ def test_takes_only_models_it_reproduces(tokenizer: Any, case: str) -> None:
         model.train()  # dropout that runs: not reproduced
     assert supported(model) is (case in ("llama", "peft"))
     assert (FusedDecoder.of(model) is not None) is (case in ("llama", "peft"))
-    if case == "peft":
+    if case == "dropout":
         model.eval()
-        assert supported(model)  # dropout in eval mode does nothing
+        decoder = FusedDecoder.of(model)  # dropout in eval mode does nothing
+        assert decoder is not None and decoder.runs_now()
+        model.train()  # put back in training: the pass goes to Hugging Face's forward
+        assert not decoder.runs_now()
 
 
 async def same_samples(fused: Any, plain: Any, prompts: list[list[int]]) -> None:
@@ -213,6 +249,7 @@ async def test_engine_samples_through_an_adapter_the_same_tokens_either_way(toke
     policy = adapted(varied_model(tokenizer, seed=3), seed=1)
     fused = TransformersEngine(policy, tokenizer, max_batch_size=4)
     plain = TransformersEngine(copy.deepcopy(policy), tokenizer, max_batch_size=4, fused_decode=False)
+    base = TransformersEngine(varied_model(tokenizer, seed=3), tokenizer, max_batch_size=4)  # same weights
     assert fused._pass.fused is not None and plain._pass.fused is None
     system = list(range(300, 300 + MIN_SHARED + 8))
     prompts = [system + [400 + i] * (i + 1) for i in range(3)]
@@ -220,17 +257,16 @@ async def test_engine_samples_through_an_adapter_the_same_tokens_either_way(toke
         await same_samples(fused, plain, prompts)
         # adapters switched off (the KL reference's pass, on another thread): Hugging Face's forward
         # runs it, and gives the base model's tokens
-        base = TransformersEngine(varied_model(tokenizer, seed=3), tokenizer, max_batch_size=4)  # same weights
         with policy.disable_adapter():
             assert not fused._pass.fused.runs_now()
             fused.prefix_cache.clear()  # its keys and values were made with the adapter on
             off = await fused.generate(prompts[0], sampling(temperature=0.0, max_new_tokens=8))
         want_off = await base.generate(prompts[0], sampling(temperature=0.0, max_new_tokens=8))
-        await base.aclose()
         assert off.token_ids == want_off.token_ids
     finally:
         await fused.aclose()
         await plain.aclose()
+        await base.aclose()
 
 
 def test_a_prefill_row_without_new_tokens_keeps_hugging_faces_forward(tokenizer: Any) -> None:

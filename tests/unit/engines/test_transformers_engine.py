@@ -121,9 +121,16 @@ async def test_decode_loop_has_a_thread_of_its_own_and_leaves_no_openmp_pool(
     monkeypatch.setattr(cpu_threads, "release_pool", lambda: calls.append(threading.get_ident()) is None)
     for p in prompts(2, seed=3):
         await engine.generate(p, GREEDY)
+    # a request answered, the loop may still be running (and serve the next request in the same
+    # run): a call queued behind it on the engine's one thread returns once that run has ended
+    await engine._thread.run(lambda: None)
     here = threading.get_ident()
-    worker = calls[1]
-    assert worker != here and calls == [here, worker, here, worker]
+    workers = {c for c in calls if c != here}
+    assert len(workers) == 1  # one thread of its own, never the event loop's
+    # every run released the caller's pool before it started (the runs may interleave: a call
+    # queued behind a run releases the caller's pool before that run ends) and its own after
+    assert calls.count(here) == len(calls) - calls.count(here) >= 2
+    assert all(calls[:i + 1].count(here) >= (i + 1) / 2 for i in range(len(calls)))
 
 
 async def test_finished_rows_leave_the_batch(engine: TransformersEngine) -> None:
