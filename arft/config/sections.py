@@ -39,7 +39,7 @@ class EngineSpec(Spec):
     lora: Literal["auto", "merged", "adapter"] = "auto"
     """transformers engine, LoRA training: how rollouts apply the adapter. ``adapter``: the engine
     samples from the policy itself (in its fused pass on the CPU, the adapters' products packed
-    beside the base layers': 1.43x peft's forward on an AMX CPU; elsewhere peft's two extra
+    beside the base layers': 1.34-1.43x peft's forward on an AMX CPU; elsewhere peft's two extra
     small matmuls, dropout, scale and sum per layer); ``merged``: from its own copy of the model whose weights are base + adapter, merged
     again after every update (1.4-1.9x faster decode steps on the CPU, one more copy of the
     weights; in bfloat16 the adapter's smallest changes round away). auto: merged for float32
