@@ -1,5 +1,8 @@
 """``make demo`` with one OpenMP pool alive at a time (``arft.cpu_threads``, the default) vs every
-thread keeping its own (``ARFT_OPENMP_POOLS=keep``, how torch behaves by itself), in one command.
+thread keeping its own (``ARFT_OPENMP_POOLS=keep``, how torch behaves by itself), in one command;
+``--compare fused``: with the engine's fused pass (``engine.fused_pass``, the default) vs Hugging
+Face's forward (on a bf16 CPU the demo's rollouts sample through the LoRA adapter, which the
+fused pass runs since ``arft.engines.lora_products``).
 
 Each arm runs ``arft train examples/calculator/job.yaml`` as its own process (the demo: 10 RL
 steps, evals at steps 0, 5 and 10), the arms taking turns for ``--repeats`` rounds. Printed per
@@ -7,6 +10,7 @@ run: the wall time of the whole process (model loading included) and the eval re
 eval step; then the median wall time of each arm and their ratio.
 
     python bench/demo_pools.py --repeats 2
+    python bench/demo_pools.py --compare fused --repeats 2
 """
 
 from __future__ import annotations
@@ -20,10 +24,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "examples" / "calculator" / "job.yaml"
-ARMS = {"one pool": {}, "pools kept": {"ARFT_OPENMP_POOLS": "keep"}}
+COMPARISONS: dict[str, dict[str, tuple[dict[str, str], dict[str, Any]]]] = {
+    "pools": {"one pool": ({}, {}), "pools kept": ({"ARFT_OPENMP_POOLS": "keep"}, {})},
+    "fused": {"fused pass": ({}, {}), "HF forward": ({}, {"fused_pass": False})},
+}
+"""Each comparison's arms: name -> (environment, ``engine`` section overrides), the default first."""
 
 
 def eval_rewards(run_dir: Path) -> dict[int, float]:
@@ -37,31 +46,49 @@ def eval_rewards(run_dir: Path) -> dict[int, float]:
     return rewards
 
 
-def run_demo(env: dict[str, str], out: Path) -> tuple[float, dict[int, float]]:
-    """Seconds for one ``arft train`` of the demo job, and its eval rewards."""
+def run_demo(env: dict[str, str], engine: dict[str, Any], out: Path) -> tuple[float, dict[int, float]]:
+    """Seconds for one ``arft train`` of the demo job (its ``engine`` section updated with
+    ``engine``), and its eval rewards."""
+    import yaml
+
     arft = Path(sys.executable).parent / "arft"
-    start = time.perf_counter()
-    subprocess.run([str(arft), "train", str(JOB), "--out", str(out)], check=True, cwd=ROOT,
-                   env={**os.environ, **env}, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start, eval_rewards(out)
+    job = JOB
+    if engine:  # a copy beside the job, so that its relative paths still resolve
+        spec = yaml.safe_load(JOB.read_text())
+        spec["engine"] = {**spec.get("engine", {}), **engine}
+        job = JOB.with_name(f".demo-{out.name}.yaml")
+        job.write_text(yaml.safe_dump(spec))
+    try:
+        start = time.perf_counter()
+        subprocess.run([str(arft), "train", str(job), "--out", str(out)], check=True, cwd=ROOT,
+                       env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - start, eval_rewards(out)
+    finally:
+        if job != JOB:
+            job.unlink()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2, help="rounds of both arms (default 2)")
+    parser.add_argument("--compare", choices=list(COMPARISONS), default="pools",
+                        help="pools: one OpenMP pool vs pools kept (default); "
+                             "fused: the engine's fused pass vs HF's forward")
     args = parser.parse_args()
-    times: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    arms = COMPARISONS[args.compare]
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="demo-pools-") as tmp:
         for rep in range(args.repeats):
-            for arm, env in ARMS.items():
-                seconds, rewards = run_demo(env, Path(tmp) / f"{arm.replace(' ', '-')}-{rep}")
+            for arm, (env, engine) in arms.items():
+                seconds, rewards = run_demo(env, engine, Path(tmp) / f"{arm.replace(' ', '-')}-{rep}")
                 times[arm].append(seconds)
                 shown = " / ".join(f"{rewards[s]:.2f}" for s in sorted(rewards))
                 print(f"  run {rep + 1} {arm:>10}: {seconds:6.1f} s, eval reward at steps "
                       f"{sorted(rewards)}: {shown}", flush=True)
     med = {arm: statistics.median(t) for arm, t in times.items()}
     print("median wall time: " + " | ".join(f"{arm} {s:.1f} s" for arm, s in med.items()))
-    print(f"pools kept / one pool: {med['pools kept'] / med['one pool']:.2f}x")
+    default, other = arms
+    print(f"{other} / {default} (wall time): {med[other] / med[default]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -36,12 +36,18 @@ class EngineSpec(Spec):
     oneDNN with weights packed once into its blocked layout (1.5-2x faster matmuls at decode batch
     sizes; repacked after each weight update), at the cost of one more copy of the linear weights
     in memory (~0.5 GB for the embedded model in float32). false keeps ``F.linear``."""
+    fused_pass: bool = True
+    """transformers engine on the CPU: decode steps and prefills of Llama-family models (plain
+    LoRA adapters included) run arft's own forward pass (stacked packed products, cascade
+    attention that skips holes, no padding run) instead of Hugging Face's, with the same logits
+    within float rounding; needs ``packed_linears``. false: Hugging Face's forward (for
+    comparisons, e.g. ``bench/demo_pools.py --compare fused``)."""
     lora: Literal["auto", "merged", "adapter"] = "auto"
     """transformers engine, LoRA training: how rollouts apply the adapter. ``adapter``: the engine
     samples from the policy itself (in its fused pass on the CPU, the adapters' products packed
     beside the base layers': 1.34-1.43x peft's forward on an AMX CPU; elsewhere peft's two extra
-    small matmuls, dropout, scale and sum per layer); ``merged``: from its own copy of the model whose weights are base + adapter, merged
-    again after every update (1.4-1.9x faster decode steps on the CPU, one more copy of the
+    small matmuls, dropout, scale and sum per layer); ``merged``: from its own copy of the model
+    whose weights are base + adapter, merged again after every update (1.4-1.9x faster decode steps on the CPU, one more copy of the
     weights; in bfloat16 the adapter's smallest changes round away). auto: merged for float32
     weights on the CPU, else adapter."""
     base_url: str | None = None

@@ -184,3 +184,14 @@ async def test_engine_with_packed_linears_matches_f_linear(tokenizer: Any) -> No
         await packed.aclose()
         await plain.aclose()
     assert not any(packed_linear.packed_weight(m) is not None for m in model.modules())  # closing frees them
+
+
+async def test_engine_fused_pass_is_the_jobs_to_turn_off(tokenizer: Any) -> None:
+    on = TransformersEngine(varied_model(tokenizer), tokenizer, **transformers_options(EngineSpec()))
+    off_spec = EngineSpec.model_validate({"fused_pass": False})
+    off = TransformersEngine(varied_model(tokenizer), tokenizer, **transformers_options(off_spec))
+    try:
+        assert on._pass.fused is not None and off._pass.fused is None and off._pass.packed
+    finally:
+        await on.aclose()
+        await off.aclose()
