@@ -47,9 +47,9 @@ class EngineSpec(Spec):
     samples from the policy itself (in its fused pass on the CPU, the adapters' products packed
     beside the base layers': 1.34-1.43x peft's forward on an AMX CPU; elsewhere peft's two extra
     small matmuls, dropout, scale and sum per layer); ``merged``: from its own copy of the model
-    whose weights are base + adapter, merged again after every update (1.4-1.9x faster decode steps on the CPU, one more copy of the
-    weights; in bfloat16 the adapter's smallest changes round away). auto: merged for float32
-    weights on the CPU, else adapter."""
+    whose weights are base + adapter, merged again after every update (1.4-1.9x faster decode
+    steps on the CPU, one more copy of the weights; in bfloat16 the adapter's smallest changes
+    round away). auto: merged for float32 weights on the CPU, else adapter."""
     base_url: str | None = None
     """openai engine: the server, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL)."""
     api_key_env: str = "OPENAI_API_KEY"
