@@ -212,7 +212,7 @@ def _decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
     elif shared:  # too short to be worth reading once: each row reads it
         parts.append(_flash(q, key[:, :, :shared], value[:, :, :shared], None, scale))
     # rest: each row against its own columns, under its mask
-    rest = None if mask is None else _additive(mask[:, :, -1:], query.dtype)  # [B, 1, 1, T]
+    rest = None if mask is None else additive(mask[:, :, -1:], query.dtype)  # [B, 1, 1, T]
     at = shared if split is None else split.at
     parts.append(_flash(q, key[:, :, at:], value[:, :, at:], None if rest is None else rest[..., at:], scale))
     if split is not None and rest is not None and split.reads_before:
@@ -239,8 +239,9 @@ def _before(q: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", rest:
     return out, full
 
 
-def _additive(mask: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
-    """``mask`` as the kernel takes it: added to the scores, in the query's dtype."""
+def additive(mask: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
+    """``mask`` (boolean, or already additive) as the attention kernels take it: added to the
+    scores (0 where kept, -inf elsewhere), in ``dtype``."""
     import torch
 
     if mask.dtype == torch.bool:

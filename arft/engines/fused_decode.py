@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from arft.engines import cascade, lora_products, packed_linear
+from arft.models import peft_layers
 from arft.engines.ragged import RaggedRows
 
 if TYPE_CHECKING:
@@ -47,8 +48,8 @@ class FusedDecoder:
     """``logits(ids, positions, mask, cache, shared)``: a decode step or a prefill of ``model`` (module doc)."""
 
     def __init__(self, model: Any) -> None:
-        self.model = model = lora_products.unwrap(model)
-        self.adapted = [m for layer in model.model.layers for m in layer.modules() if lora_products.is_lora(m)]
+        self.model = model = peft_layers.unwrap(model)
+        self.adapted = [m for layer in model.model.layers for m in layer.modules() if peft_layers.is_lora(m)]
         """The model's LoRA layers (none without adapters)."""
         config = model.config
         attention = model.model.layers[0].self_attn
@@ -66,8 +67,8 @@ class FusedDecoder:
 
     def runs_now(self) -> bool:
         """Whether a pass now may be fused: the adapters (if any) are still on, unmerged, one
-        active, dropout off (``lora_products.still_plain``); otherwise Hugging Face's forward runs it."""
-        return all(lora_products.still_plain(layer) for layer in self.adapted)
+        active, dropout off (``peft_layers.active_adapter``); otherwise Hugging Face's forward runs it."""
+        return all(peft_layers.active_adapter(layer) is not None for layer in self.adapted)
 
     def logits(self, ids: "torch.Tensor", positions: "torch.Tensor", mask: "torch.Tensor", cache: Any,
                shared: int = 0) -> "torch.Tensor":
@@ -84,7 +85,7 @@ class FusedDecoder:
         """One token a row: cascade attention over the batch's cache (``cascade.attend``)."""
         b, s = ids.shape
         hidden = self.model.model.embed_tokens(ids)
-        keep, split = _keep(mask, hidden.dtype), self._holes(mask, shared)
+        keep, split = self._step_masks(mask, shared, hidden.dtype)
 
         def attend(i: int, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
             keys, values = cache.update(k, v, i)
@@ -115,7 +116,7 @@ class FusedDecoder:
         b = ids.shape[0]
         rows = RaggedRows(fill_mask[:, -fill_ids.shape[1]:], fill_mask, self.model.lm_head.weight.dtype)
         hidden = self.model.model.embed_tokens(torch.cat([ids.reshape(-1), rows.pack(fill_ids)]))[None]
-        keep, split = _keep(mask, hidden.dtype), self._holes(mask, shared)
+        keep, split = self._step_masks(mask, shared, hidden.dtype)
 
         def attend(i: int, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
             one = [x[0, :, :b].transpose(0, 1).unsqueeze(2) for x in (q, k, v)]  # [b, heads, 1, head_dim]
@@ -128,9 +129,12 @@ class FusedDecoder:
         logits = self._head(hidden[0, torch.cat([torch.arange(b, device=hidden.device), b + rows.last])])
         return logits[:b], logits[b:]
 
-    def _holes(self, mask: "torch.Tensor", shared: int) -> "cascade.Split | None":
-        """A decode step's ``cascade.hole_split`` (once a step, for every layer), if it skips holes."""
-        return cascade.hole_split(mask, shared) if self.skip_holes else None
+    def _step_masks(self, mask: "torch.Tensor", shared: int, dtype: "torch.dtype"
+                    ) -> tuple["torch.Tensor", "cascade.Split | None"]:
+        """A decode step's additive mask ``[B, 1, 1, T]`` in ``dtype`` and its
+        ``cascade.hole_split`` (if it skips holes): made once a pass, for every layer."""
+        keep = cascade.additive(mask.bool()[:, None, None, :], dtype)
+        return keep, cascade.hole_split(mask, shared) if self.skip_holes else None
 
     def _layers(self, hidden: "torch.Tensor", positions: "torch.Tensor",
                 attend: Callable[[int, "torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]
@@ -160,22 +164,13 @@ class FusedDecoder:
         return _project(_norm(last, self.model.model.norm), head, [head])[0]
 
 
-def _keep(mask: "torch.Tensor", dtype: "torch.dtype") -> "torch.Tensor":
-    """The additive attention mask ``[B, 1, 1, T]`` of a decode step (0 on the real columns of
-    ``mask``, -inf elsewhere, in ``dtype``): made once per pass, not per layer."""
-    import torch
-
-    keep = mask.bool()[:, None, None, :]
-    return torch.zeros(keep.shape, dtype=dtype, device=mask.device).masked_fill_(~keep, float("-inf"))
-
-
 def supported(model: Any) -> bool:
     """Whether ``FusedDecoder`` reproduces ``model``'s forward (see the module doc): a
     ``LlamaForCausalLM``, or one under plain peft LoRA adapters (``lora_products.plain``)."""
     import torch
     from transformers import LlamaForCausalLM
 
-    model = lora_products.unwrap(model)
+    model = peft_layers.unwrap(model)
     if type(model) is not LlamaForCausalLM:
         return False
     config, weight = model.config, model.lm_head.weight
@@ -183,10 +178,10 @@ def supported(model: Any) -> bool:
             or not packed_linear.supports(weight.dtype) or not cascade._has_cpu_flash()):
         return False
     linear = (torch.nn.Linear, packed_linear._packed_class())
-    adapted = [m for layer in model.model.layers for m in layer.modules() if lora_products.is_lora(m)]
+    adapted = [m for layer in model.model.layers for m in layer.modules() if peft_layers.is_lora(m)]
     inside = {id(m) for layer in adapted for m in layer.modules() if m is not layer}
     modules = [m for layer in model.model.layers for m in layer.modules()
-               if hasattr(m, "weight") and id(m) not in inside and not lora_products.is_lora(m)]
+               if hasattr(m, "weight") and id(m) not in inside and not peft_layers.is_lora(m)]
     return all(type(m) in linear and m.bias is None for m in modules if m.weight.dim() == 2) \
         and all(lora_products.plain(m) for m in adapted) \
         and type(model.lm_head) in linear and model.lm_head.bias is None
@@ -200,7 +195,7 @@ def _project(x: "torch.Tensor", owner: Any, layers: list[Any]) -> list["torch.Te
     import torch
     import torch.nn.functional as F
 
-    adapted = any(lora_products.is_lora(layer) for layer in layers)
+    adapted = any(peft_layers.is_lora(layer) for layer in layers)
     bases = [getattr(layer, "base_layer", layer) for layer in layers]
     if x.numel() > packed_linear.MAX_ROWS * x.shape[-1]:
         outs = [F.linear(x, base.weight) for base in bases]

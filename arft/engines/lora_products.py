@@ -12,9 +12,9 @@ packed product, in the input's dtype (as the trainer's bf16 autocast computes th
 ``plain(layer)`` says which adapted layers this computes exactly: one active adapter, not merged
 or disabled, no DoRA or other variant, no adapter bias, dropout inactive (eval mode) or none,
 a bias-free base of plain (or packed) linear type. A group may mix adapted and plain layers
-(adapters on q and v only): the plain ones get a zero block. ``still_plain`` checks the switches
-peft flips at run time (``disable_adapter``, ``merge_adapter``, ``set_adapter``, ``train()``) on
-every adapted layer before each pass.
+(adapters on q and v only): the plain ones get a zero block. ``peft_layers.active_adapter``
+checks the switches peft flips at run time (``disable_adapter``, ``merge_adapter``,
+``set_adapter``, ``train()``) on every adapted layer before each pass.
 """
 
 from __future__ import annotations
@@ -22,47 +22,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from arft.engines import packed_linear
+from arft.models import peft_layers
 
 if TYPE_CHECKING:
     import torch
 
 
-def unwrap(model: Any) -> Any:
-    """The transformers model under a peft wrapper (the model itself otherwise)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def is_lora(module: Any) -> bool:
-    """Whether ``module`` is a peft LoRA layer (it wraps a ``base_layer`` and holds ``lora_A``)."""
-    return hasattr(module, "base_layer") and hasattr(module, "lora_A")
-
-
 def plain(layer: Any) -> bool:
-    """Whether the fused pass computes ``layer`` (a peft LoRA layer) exactly (module doc)."""
-    import torch
-
-    linear = (torch.nn.Linear, packed_linear._packed_class())
-    base = layer.base_layer
-    if type(base) not in linear or base.bias is not None or getattr(layer, "fan_in_fan_out", False):
-        return False
-    if not still_plain(layer):
-        return False
-    name = layer.active_adapters[0]
-    return (name not in getattr(layer, "lora_variant", {}) and not getattr(layer, "lora_bias", {}).get(name, False)
-            and name in layer.lora_B and type(layer.lora_A[name]) in linear and type(layer.lora_B[name]) in linear
-            and layer.lora_B[name].bias is None and layer.lora_A[name].bias is None)
-
-
-def still_plain(layer: Any) -> bool:
-    """The switches peft flips for every layer at once (adapters on, not merged, one active
-    adapter this layer holds) and the mode (its dropout inactive): checked before every pass."""
-    import torch
-
-    active = layer.active_adapters
-    if layer.disable_adapters or layer.merged or len(active) != 1 or active[0] not in layer.lora_A:
-        return False
-    dropout = layer.lora_dropout[active[0]]
-    return not dropout.training or isinstance(dropout, torch.nn.Identity) or getattr(dropout, "p", None) == 0
+    """Whether the fused pass computes ``layer`` (a peft LoRA layer) exactly: a plain adapter
+    (``peft_layers.plain_adapter``) over a base without bias (the fused pass adds none)."""
+    return peft_layers.plain_adapter(layer) is not None and layer.base_layer.bias is None
 
 
 def adapter_term(x: "torch.Tensor", layers: list[Any]) -> "torch.Tensor":
@@ -72,11 +41,11 @@ def adapter_term(x: "torch.Tensor", layers: list[Any]) -> "torch.Tensor":
     ``B`` block-diagonal) in ``x``'s dtype, kept under the first adapted layer's modules."""
     import torch
 
-    adapted = [layer for layer in layers if is_lora(layer)]
+    adapted = [layer for layer in layers if peft_layers.is_lora(layer)]
     name = adapted[0].active_adapters[0]
     dtype = x.dtype
     scales = tuple(layer.scaling[name] for layer in adapted)
-    has = tuple(is_lora(layer) for layer in layers)
+    has = tuple(peft_layers.is_lora(layer) for layer in layers)
     outs = [layer.weight.shape[0] for layer in layers]
 
     def blocks(ws: "list[torch.Tensor]") -> "torch.Tensor":
@@ -98,7 +67,7 @@ def unpacked_term(x: "torch.Tensor", layer: Any) -> "torch.Tensor | float":
     layer without an adapter."""
     import torch.nn.functional as F
 
-    if not is_lora(layer):
+    if not peft_layers.is_lora(layer):
         return 0.0
     name = layer.active_adapters[0]
     a, b = layer.lora_A[name].weight, layer.lora_B[name].weight

@@ -47,9 +47,14 @@ class ModelPass:
     @property
     def mixes(self) -> bool:
         """Whether ``step_and_prefill`` runs its two passes as one (the fused path)."""
+        return self.mix and self._fused_now()
+
+    def _fused_now(self) -> bool:
+        """Whether a pass now runs the fused decoder: it took the model, no gradient is wanted,
+        and its adapters (if any) are still as it took them (``FusedDecoder.runs_now``)."""
         import torch
 
-        return self.mix and self.fused is not None and not torch.is_grad_enabled() and self.fused.runs_now()
+        return self.fused is not None and not torch.is_grad_enabled() and self.fused.runs_now()
 
     def step_and_prefill(self, step: PassInputs, fill: PassInputs
                          ) -> tuple["torch.Tensor", "torch.Tensor", bool]:
@@ -65,10 +70,8 @@ class ModelPass:
                  shared: int = 0) -> "torch.Tensor":
         """``ids``/``positions`` ``[B, S]``, ``mask`` ``[B, T]`` over the cache and these tokens;
         ``shared``: leading columns every row holds the same (cascade attention reads them once)."""
-        import torch
-
-        if (self.fused is not None and not torch.is_grad_enabled() and self.fused.runs_now()
-                and _new_token_each_row(ids, mask)):
+        if self._fused_now() and _new_token_each_row(ids, mask):
+            assert self.fused is not None
             return self.fused.logits(ids, positions, mask, cache, shared)
         extra = {cascade.KEYWORD: shared} if self.cascade else {}
         with packed_linear.packed_passes() if self.packed else contextlib.nullcontext():

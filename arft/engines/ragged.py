@@ -112,4 +112,4 @@ def _causal(count: int, width: int, dtype: "torch.dtype", device: "torch.device"
     if count == 1:
         return None
     keep = torch.ones(count, width, dtype=torch.bool, device=device).tril(width - count)
-    return torch.zeros((1, 1, count, width), dtype=dtype, device=device).masked_fill_(~keep, float("-inf"))
+    return cascade.additive(keep[None, None], dtype)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from arft.models.peft_layers import unwrap
+
 
 def forward_parameters(model: Any) -> Any:
     """The parameters of ``model.forward`` (peft wrappers: their base model's)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return inspect.signature(base.forward).parameters
+    return inspect.signature(unwrap(model).forward).parameters
 
 
 def cache_keyword(model: Any) -> str:

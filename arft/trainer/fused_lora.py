@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
+from arft.models import peft_layers
 from arft.thread_flag import ThreadFlag
 
 _FUSED = "_arft_fused_forward"  # marks an instance whose forward is the fused one
@@ -73,15 +74,13 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def fusable(layer: Any) -> bool:
-    """Whether ``layer`` is a peft LoRA linear layer the fused function may run: a
-    ``torch.nn.Linear`` base (or a ``plain_linear`` subclass), weights not stored transposed.
-    Which adapter it runs is checked at every call (``_plain``)."""
+    """Whether ``layer`` is a peft LoRA linear layer the fused function may run: a plain linear
+    base (``peft_layers.plain_linear``), weights not stored transposed. Which adapter it runs is
+    checked at every call (``_plain``)."""
     from peft.tuners.lora.layer import Linear
 
-    base = type(getattr(layer, "base_layer", None))
-    if type(layer) is not Linear or not (base is torch.nn.Linear or getattr(base, "plain_linear", False)):
-        return False
-    return not getattr(layer, "fan_in_fan_out", False)
+    return (type(layer) is Linear and peft_layers.plain_linear(layer.base_layer)
+            and not getattr(layer, "fan_in_fan_out", False))
 
 
 def set_fused(policy: Any, on: bool = True) -> int:
@@ -112,24 +111,19 @@ def _fused_forward(layer: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> to
     one of the trainer's (``passes``); anything else goes to peft (the engine sampling through the
     adapter keeps its packed products)."""
     recorded = torch.is_grad_enabled() or bool(_PASSES)
-    if not recorded or args or kwargs or not _plain(layer, x):
+    name = peft_layers.plain_adapter(layer) if recorded and not args and not kwargs else None
+    if name is None or not _frozen_and_one_dtype(layer, x, name):
         return type(layer).forward(layer, x, *args, **kwargs)
-    name, base = layer.active_adapters[0], layer.base_layer
+    base = layer.base_layer
     return LoraLinear.apply(x, base.weight, base.bias, layer.lora_A[name].weight,
                             layer.lora_B[name].weight, layer.scaling[name])
 
 
-def _plain(layer: Any, x: torch.Tensor) -> bool:
-    """Whether peft would compute exactly ``LoraLinear``: adapters on and not merged, one active
-    adapter without dropout, variant (DoRA) or bias of its own, frozen base weights, and (without
-    autocast, where peft runs the adapter in its own dtype) one dtype for the input and weights."""
-    active = layer.active_adapters
-    if layer.disable_adapters or layer.merged or len(active) != 1 or active[0] not in layer.lora_A:
-        return False
-    name, base = active[0], layer.base_layer
-    if (not isinstance(layer.lora_dropout[name], torch.nn.Identity) or name in getattr(layer, "lora_variant", {})
-            or getattr(layer, "lora_bias", {}).get(name, False) or layer.lora_B[name].bias is not None):
-        return False
+def _frozen_and_one_dtype(layer: Any, x: torch.Tensor, name: str) -> bool:
+    """What ``LoraLinear`` needs beyond a plain adapter (``peft_layers.plain_adapter``): frozen
+    base weights, and (without autocast, where peft runs the adapter in its own dtype) one dtype
+    for the input and weights."""
+    base = layer.base_layer
     if base.weight.requires_grad or (base.bias is not None and base.bias.requires_grad):
         return False
     if torch.is_autocast_enabled(x.device.type):

@@ -24,6 +24,15 @@ def tiny_model(tokenizer: Any) -> Any:
     return build(tokenizer)
 
 
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry for every call of the fused function from here on."""
+    seen: list[int] = []
+    apply = LoraLinear.apply
+    monkeypatch.setattr(LoraLinear, "apply", lambda *a: seen.append(1) or apply(*a))
+    return seen
+
+
 def policies(tiny_model: Any, dropout: float = 0.0) -> tuple[Any, Any]:
     """Two identical LoRA policies over copies of the tiny model, adapters non-zero (peft starts B
     at zero, which would hide every term through it): the first stays peft's, the second is fused."""
@@ -124,12 +133,9 @@ def test_disabled_adapter_merged_and_unfused_layers_go_to_peft(tiny_model: Any) 
     torch.testing.assert_close(fused(input_ids=ids).logits.detach(), adapted, rtol=1e-5, atol=1e-5)
 
 
-def test_fused_only_where_autograd_records(tiny_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fused_only_where_autograd_records(tiny_model: Any, calls: list[int]) -> None:
     _, fused = policies(tiny_model)
     set_fused(fused)
-    calls = []
-    apply = LoraLinear.apply
-    monkeypatch.setattr(LoraLinear, "apply", lambda *a: calls.append(1) or apply(*a))
     with torch.no_grad():  # the engine sampling through the adapter: peft's forward, packed products
         fused(input_ids=batch_ids())
     assert calls == []
@@ -153,12 +159,9 @@ def test_trainer_passes_without_gradient_run_fused(tiny_model: Any) -> None:
         assert not torch.equal(token_logprobs(learner.policy, mb, 1.0, False)[0], recorded)
 
 
-def test_adapters_peft_runs_otherwise_are_not_fused(tiny_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_adapters_peft_runs_otherwise_are_not_fused(tiny_model: Any, calls: list[int]) -> None:
     peft_policy, fused = policies(tiny_model)
     set_fused(fused)
-    calls = []
-    apply = LoraLinear.apply
-    monkeypatch.setattr(LoraLinear, "apply", lambda *a: calls.append(1) or apply(*a))
     q_proj = fused.base_model.model.model.layers[0].self_attn.q_proj
     q_proj.base_layer.weight.requires_grad_(True)  # a trainable base weight needs peft's graph
     q_proj.lora_B["default"].bias = torch.nn.Parameter(torch.zeros(q_proj.out_features))  # an adapter bias
@@ -184,12 +187,9 @@ def test_packed_base_layers_are_fused(tiny_model: Any) -> None:
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
 
 
-def test_adapters_with_dropout_run_peft(tiny_model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_adapters_with_dropout_run_peft(tiny_model: Any, calls: list[int]) -> None:
     _, with_dropout = policies(tiny_model, dropout=0.1)
     assert set_fused(with_dropout) == 14 and all(fusable(m) for m in with_dropout.modules() if "forward" in m.__dict__)
-    calls = []
-    apply = LoraLinear.apply
-    monkeypatch.setattr(LoraLinear, "apply", lambda *a: calls.append(1) or apply(*a))
     with_dropout.train()
     with_dropout(input_ids=batch_ids())
     assert calls == []
