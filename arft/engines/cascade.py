@@ -19,6 +19,11 @@ each row's own columns split at the column that reads the fewest: every row atte
 columns after it, and only the rows with real columns before it (gathered) over those; the parts
 join through their log-sum-exps as above. The split is made once a step, for every layer.
 
+A decode step of the engine's fused pass (``arft.engines.fused_decode``) may run each row's own
+columns on arft's decode-attention kernel instead (``arft.engines.decode_kernel``: it streams a
+row's keys and values at about twice the speed of PyTorch's kernel on an AVX-512 CPU, skips the
+masked holes itself, and merges the shared prefix's part into its output).
+
 The engine's prefills take a second fast path: Hugging Face's ``sdpa`` copies every key/value head
 to its query heads whenever a mask is given (``repeat_kv``); ``grouped`` lets sdpa read the
 key/value heads as they are, which halves a batched prefill's attention time on a 2-core CPU.
@@ -39,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
+
+    from arft.engines.decode_kernel import DecodeKernel
 
 NAME = "arft_cascade"
 KEYWORD = "arft_shared_prefix"
@@ -160,9 +167,14 @@ def cascades(query: "torch.Tensor", key: "torch.Tensor", shared: int) -> bool:
 
 
 def attend(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
-           shared: int, scale: float, split: Split | None = None) -> "torch.Tensor":
+           shared: int, scale: float, split: Split | None = None, kernel: "DecodeKernel | None" = None
+           ) -> "torch.Tensor":
     """``[B, q, Hq, D]``: cascade where ``cascades``, else sdpa on the key/value heads as they are
-    (no gradient: the engine's passes). A decode step given its ``hole_split`` skips the holes."""
+    (no gradient: the engine's passes). A decode step given its ``hole_split`` skips the holes; one
+    given ``kernel`` (``arft.engines.decode_kernel``, which skips them itself) runs the rows' own
+    columns on it."""
+    if kernel is not None and query.shape[2] == 1:
+        return _kernel_decode(query, key, value, mask, shared, scale, kernel)
     if split is not None and (split.start != shared or split.shape != (query.shape[0], key.shape[2])
                               or query.shape[2] != 1 or mask is None):
         split = None  # made for another step
@@ -218,6 +230,26 @@ def _decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
     if split is not None and rest is not None and split.reads_before:
         parts.append(_before(q, key, value, rest, split, scale))
     return _merge(parts).to(query.dtype).reshape(b, 1, hq, d)
+
+
+def _kernel_decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
+                   shared: int, scale: float, kernel: "DecodeKernel") -> "torch.Tensor":
+    """``_decode`` with each row's own columns on arft's kernel, which starts from the shared
+    prefix's part (PyTorch's kernel, read once for all rows where ``reads_once``) and merges it."""
+    b, hq, _, d = query.shape
+    hkv = key.shape[1]
+    g = hq // hkv
+    q = query.reshape(b, hkv, g, d)
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    prior, at = None, 0
+    if reads_once(shared, b) and shared < key.shape[2]:
+        q_all = q.transpose(0, 1).reshape(1, hkv, b * g, d)
+        o1, l1 = _flash(q_all, key[:1, :, :shared], value[:1, :, :shared], None, scale)
+        prior, at = (o1.reshape(hkv, b, g, d).transpose(0, 1), l1.reshape(hkv, b, g).transpose(0, 1)), shared
+    rest = None if mask is None else additive(mask[:, 0, -1, at:], query.dtype)  # [B, T - at]
+    if rest is not None and (rest.stride(-1) != 1 or rest.shape[0] != b):
+        rest = rest.expand(b, -1).contiguous()
+    return kernel.attend(q, key[:, :, at:], value[:, :, at:], rest, scale, prior).reshape(b, 1, hq, d)
 
 
 def _before(q: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", rest: "torch.Tensor",

@@ -11,7 +11,8 @@ step. ``FusedDecoder`` runs the same arithmetic with what the step needs and not
 - RMSNorm is ``F.rms_norm`` in float32 (the model's own norm otherwise), rotary embeddings come
   from the model's own rotary module and Hugging Face's ``apply_rotary_pos_emb``, attention is
   ``cascade.attend`` (the shared prefix read once, the rows' masked holes skipped, key/value
-  heads never copied, the mask made once a pass), and the cache is the batch's own (``cache.update``).
+  heads never copied, the mask made once a pass; decode steps' own columns on arft's kernel where
+  it runs, ``arft.engines.decode_kernel``), and the cache is the batch's own (``cache.update``).
 
 Prefills take it too, without their padding (``arft.engines.ragged``): the rows' real new tokens
 run as one sequence, and each row attends over its own real columns. A batched admission of tool
@@ -40,6 +41,8 @@ from arft.engines.ragged import RaggedRows
 if TYPE_CHECKING:
     import torch
 
+    from arft.engines.decode_kernel import DecodeKernel
+
 PassInputs = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor", Any, int]
 """One forward pass's ``(ids, positions, mask, cache, shared)`` (see ``FusedDecoder.logits``)."""
 
@@ -47,7 +50,7 @@ PassInputs = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor", Any, int]
 class FusedDecoder:
     """``logits(ids, positions, mask, cache, shared)``: a decode step or a prefill of ``model`` (module doc)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, kernel: "DecodeKernel | None" = None) -> None:
         self.model = model = peft_layers.unwrap(model)
         self.adapted = [m for layer in model.model.layers for m in layer.modules() if peft_layers.is_lora(m)]
         """The model's LoRA layers (none without adapters)."""
@@ -59,11 +62,16 @@ class FusedDecoder:
         self.intermediate = config.intermediate_size
         self.skip_holes = True
         """Decode steps leave out the masked holes of their rows' columns (``cascade.hole_split``)."""
+        dtype = model.model.embed_tokens.weight.dtype
+        self.kernel = kernel if kernel is not None and kernel.supports(
+            dtype, self.heads // self.kv_heads, self.head_dim) else None
+        """arft's decode-attention kernel, where it runs this model (``arft.engines.decode_kernel``)."""
 
     @classmethod
-    def of(cls, model: Any) -> "FusedDecoder | None":
-        """A decoder for ``model``, or ``None`` where it would not reproduce Hugging Face's forward."""
-        return cls(model) if supported(model) else None
+    def of(cls, model: Any, kernel: "DecodeKernel | None" = None) -> "FusedDecoder | None":
+        """A decoder for ``model`` (decode steps' attention on ``kernel`` where it supports the
+        model), or ``None`` where it would not reproduce Hugging Face's forward."""
+        return cls(model, kernel) if supported(model) else None
 
     def runs_now(self) -> bool:
         """Whether a pass now may be fused: the adapters (if any) are still on, unmerged, one
@@ -89,7 +97,7 @@ class FusedDecoder:
 
         def attend(i: int, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
             keys, values = cache.update(k, v, i)
-            return cascade.attend(q, keys, values, keep, shared, self.scale, split).reshape(b, s, -1)
+            return cascade.attend(q, keys, values, keep, shared, self.scale, split, self.kernel).reshape(b, s, -1)
 
         return self._head(self._layers(hidden, positions, attend)[:, -1])
 
@@ -121,7 +129,8 @@ class FusedDecoder:
         def attend(i: int, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
             one = [x[0, :, :b].transpose(0, 1).unsqueeze(2) for x in (q, k, v)]  # [b, heads, 1, head_dim]
             keys, values = cache.update(one[1], one[2], i)
-            decoded = cascade.attend(one[0], keys, values, keep, shared, self.scale, split).reshape(1, b, -1)
+            decoded = cascade.attend(one[0], keys, values, keep, shared, self.scale, split, self.kernel
+                                     ).reshape(1, b, -1)
             keys, values = fill_cache.update(rows.unpack(k[:, :, b:]), rows.unpack(v[:, :, b:]), i)
             return torch.cat([decoded, rows.attend(q[:, :, b:], keys, values, self.scale)], dim=1)
 
@@ -132,9 +141,10 @@ class FusedDecoder:
     def _step_masks(self, mask: "torch.Tensor", shared: int, dtype: "torch.dtype"
                     ) -> tuple["torch.Tensor", "cascade.Split | None"]:
         """A decode step's additive mask ``[B, 1, 1, T]`` in ``dtype`` and its
-        ``cascade.hole_split`` (if it skips holes): made once a pass, for every layer."""
+        ``cascade.hole_split`` (if it skips holes and the kernel, which skips them itself, does not
+        run it): made once a pass, for every layer."""
         keep = cascade.additive(mask.bool()[:, None, None, :], dtype)
-        return keep, cascade.hole_split(mask, shared) if self.skip_holes else None
+        return keep, cascade.hole_split(mask, shared) if self.skip_holes and self.kernel is None else None
 
     def _layers(self, hidden: "torch.Tensor", positions: "torch.Tensor",
                 attend: Callable[[int, "torch.Tensor", "torch.Tensor", "torch.Tensor"], "torch.Tensor"]

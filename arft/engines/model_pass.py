@@ -5,7 +5,9 @@
 - ``packed``: linear layers on oneDNN with prepacked weights (``arft.engines.packed_linear``);
 - ``fused``: decode steps and prefills of a Llama-family model run ``arft.engines.fused_decode``
   instead of Hugging Face's forward (prefills without their padding: ``arft.engines.ragged``),
-  and a decode step may share its pass with a prefill (``step_and_prefill``).
+  and a decode step may share its pass with a prefill (``step_and_prefill``);
+- ``kernel``: the fused pass's decode steps attend over their rows' own columns on arft's kernel
+  (``arft.engines.decode_kernel``, built on first use; AVX-512 CPUs).
 
 Each is on where the device and the model allow it and the engine's switch (for comparisons)
 leaves it on; every other pass is the model's own forward with the cache it is given.
@@ -17,6 +19,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from arft.engines import cascade, packed_linear
+from arft.engines.decode_kernel import load as load_kernel
 from arft.engines.fused_decode import FusedDecoder, PassInputs
 from arft.engines.hf_model import forward_kwargs
 
@@ -29,20 +32,22 @@ class ModelPass:
     cache grows in place."""
 
     def __init__(self, model: Any, on_cpu: bool, cascade_attention: bool = True, packed_linears: bool = True,
-                 fused_decode: bool = True) -> None:
+                 fused_decode: bool = True, decode_kernel: bool = True) -> None:
         self.model = model
         self.cache_kwarg, self.kwargs = forward_kwargs(model)
         self.cascade = cascade_attention and on_cpu and cascade.enable(model)
         self.packed = packed_linears and on_cpu and packed_linear.enable(model) > 0
         self._fuse = fused_decode and self.packed
-        self.fused = FusedDecoder.of(model) if self._fuse else None
+        self.kernel = load_kernel() if self._fuse and decode_kernel else None
+        """arft's decode-attention kernel for the fused pass (``None``: off, or it cannot run here)."""
+        self.fused = FusedDecoder.of(model, self.kernel) if self._fuse else None
         self.mix = True
         """``step_and_prefill`` may run its two passes as one (off: for comparisons)."""
 
     def refresh(self) -> None:
         """Check again whether the fused decoder reproduces the model (an adapter injected into
         it, a cast or a move since: it may no longer)."""
-        self.fused = FusedDecoder.of(self.model) if self._fuse else None
+        self.fused = FusedDecoder.of(self.model, self.kernel) if self._fuse else None
 
     @property
     def mixes(self) -> bool:

@@ -23,13 +23,15 @@ def varied_model(tokenizer: Any, seed: int = 0) -> Any:
     """A tiny untied Llama with larger weights than the shared fixture.
 
     The ``tiny_model`` fixture (tied embeddings, small init) mostly repeats the last prompt
-    token, which would hide position or mask bugs; this one's output depends on the context.
+    token, which would hide position or mask bugs; this one's output depends on the context. Its
+    heads are 32 wide, a size arft's decode-attention kernel runs (``arft.engines.decode_kernel``),
+    so the engine's tests run it where it builds.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=False,
                       initializer_range=0.1, bos_token_id=tokenizer.bos_token_id,
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     return LlamaForCausalLM(cfg).eval()

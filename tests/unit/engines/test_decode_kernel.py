@@ -1,0 +1,167 @@
+"""arft's decode-attention kernel equals softmax attention (float32 and bfloat16, masks with holes,
+short blocks, strided caches, a prior part merged in), and cascade attention on it equals cascade
+attention on PyTorch's kernel; where it cannot be built it says why, and the engine keeps PyTorch's."""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from arft.engines import cascade, decode_kernel
+from arft.engines.decode_kernel import DecodeKernel
+from arft.engines.transformers_engine import TransformersEngine
+
+KERNEL = decode_kernel.load()
+needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"decode kernel unavailable: {decode_kernel.unavailable()}")
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention in float64: output ``[B, H, G, D]`` and log-sum-exp ``[B, H, G]``."""
+    scores = torch.einsum("bhgd,bhtd->bhgt", q.double(), k.double()) * scale
+    if mask is not None:
+        scores = scores + mask.double()[:, None, None, :]
+    lse = scores.logsumexp(-1)
+    return torch.einsum("bhgt,bhtd->bhgd", (scores - lse[..., None]).exp(), v.double()), lse
+
+
+def inputs(b: int, h: int, g: int, d: int, t: int, dtype: torch.dtype, seed: int = 0
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries, and keys/values as leading views of a larger cache (as the engine's are), and an
+    additive mask with holes: a whole-block one, a partial one, a row with one real column."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, g, d, generator=gen).to(dtype)
+    kbuf, vbuf = (torch.randn(b, h, t + 9, d, generator=gen).to(dtype) for _ in range(2))
+    keep = torch.ones(b, t + 9, dtype=torch.bool)
+    keep[0, : max(t - 1, 0)] = False  # only the last column
+    if b > 1:
+        keep[1, 1: min(t - 1, 35)] = False  # a hole spanning blocks
+    if b > 2:
+        keep[2, ::3] = False
+        keep[2, t - 1] = True
+    mask = cascade.additive(keep, dtype)
+    return q, kbuf[:, :, :t], vbuf[:, :, :t], mask[:, :t]
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("g", "d"), [(3, 64), (1, 32), (4, 128)])
+@pytest.mark.parametrize("t", [1, 7, 16, 17, 50])
+def test_equals_softmax_attention(dtype: torch.dtype, g: int, d: int, t: int) -> None:
+    assert KERNEL is not None and KERNEL.supports(dtype, g, d)
+    q, k, v, mask = inputs(4, 2, g, d, t, dtype)
+    scale = 1 / math.sqrt(d)
+    want, _ = reference(q, k, v, mask, scale)
+    got = KERNEL.attend(q, k, v, mask, scale)
+    assert got.dtype == dtype and got.shape == q.shape and got.is_contiguous()
+    assert torch.allclose(got.double(), want, atol=TOL[dtype]), (got.double() - want).abs().max()
+    unmasked, _ = reference(q, k, v, None, scale)
+    assert torch.allclose(KERNEL.attend(q, k, v, None, scale).double(), unmasked, atol=TOL[dtype])
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_merges_a_prior_part(dtype: torch.dtype) -> None:
+    """Columns ``[0, 20)`` by PyTorch's kernel (its output and log-sum-exp, the layout it returns),
+    the rest by the kernel starting from them: attention over all columns."""
+    q, k, v, mask = inputs(3, 3, 3, 64, 45, dtype, seed=1)
+    mask = mask.clone()
+    mask[1, 20:44] = float("-inf")  # a row with nothing of its own but its last column
+    mask[0, 5] = 0  # PyTorch's kernel gives a row with no column a log-sum-exp of 0, not -inf
+    prior = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k[:, :, :20], v[:, :, :20], attn_mask=mask[:, None, None, :20], scale=0.125)
+    got = KERNEL.attend(q, k[:, :, 20:], v[:, :, 20:], mask[:, 20:], 0.125, prior)  # type: ignore[union-attr]
+    want, _ = reference(q, k, v, mask, 0.125)
+    assert torch.allclose(got.double(), want, atol=TOL[dtype]), (got.double() - want).abs().max()
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shared", [0, 5, cascade.MIN_SHARED + 3])
+def test_cascade_attention_on_it_equals_pytorchs_kernel(dtype: torch.dtype, shared: int) -> None:
+    """``cascade.attend`` of a decode step: the kernel path (prefix read once where ``reads_once``,
+    too short a prefix read by each row) against the flash path with its hole split."""
+    b, t = 5, 60
+    gen = torch.Generator().manual_seed(shared)
+    query = torch.randn(b, 6, 1, 64, generator=gen).to(dtype)
+    key, value = (torch.randn(b, 2, t, 64, generator=gen).to(dtype) for _ in range(2))
+    key[:, :, :shared], value[:, :, :shared] = key[:1, :, :shared], value[:1, :, :shared]
+    keep = torch.ones(b, t, dtype=torch.long)
+    keep[1, shared: shared + 30] = keep[3, shared: t - 2] = 0  # holes after the shared columns
+    mask = cascade.additive(keep.bool()[:, None, None, :], dtype)
+    split = cascade.hole_split(keep, shared)
+    want = cascade.attend(query, key, value, mask, shared, 0.125, split)
+    got = cascade.attend(query, key, value, mask, shared, 0.125, None, KERNEL)
+    assert got.shape == want.shape == (b, 1, 6, 64)
+    assert torch.allclose(got.float(), want.float(), atol=TOL[dtype]), (got.float() - want.float()).abs().max()
+
+
+@needs_kernel
+def test_refuses_what_it_does_not_run() -> None:
+    kernel = KERNEL
+    assert kernel is not None
+    assert not kernel.supports(torch.float16, 3, 64) and not kernel.supports(torch.float32, 3, 80)
+    assert not kernel.supports(torch.float32, 9, 64)
+    q, k, v, _ = inputs(2, 2, 3, 64, 10, torch.float32)
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        kernel.attend(q, k.transpose(-1, -2).contiguous().transpose(-1, -2), v, None, 0.125)
+    with pytest.raises(ValueError, match="not built here"):
+        kernel.attend(q[..., :48].contiguous(), k[..., :48], v[..., :48], None, 0.125)
+
+
+def test_a_failed_build_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    failing = tmp_path / "cxx"
+    failing.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo fake 1.0 && exit 0\necho 'no such flag' >&2\nexit 3\n")
+    failing.chmod(0o755)
+    monkeypatch.setenv("CXX", str(failing))
+    monkeypatch.setenv("ARFT_KERNEL_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(RuntimeError, match=r"failed \(exit 3\): no such flag; set CXX"):
+        decode_kernel._build()
+    assert not list((tmp_path / "cache").iterdir())  # nothing half-written left behind
+
+
+def test_a_cpu_without_avx512_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decode_kernel, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(decode_kernel.platform, "machine", lambda: "x86_64")
+    assert decode_kernel._cpu_reason() == "this CPU lacks avx512f, avx512bw, avx512dq (it needs AVX-512)"
+    monkeypatch.setattr(decode_kernel.platform, "machine", lambda: "arm64")
+    assert "x86-64" in str(decode_kernel._cpu_reason())
+
+
+@needs_kernel
+def test_the_build_is_cached_per_source_and_reused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ARFT_KERNEL_CACHE", str(tmp_path))
+    first = decode_kernel._build()
+    mtime = first.stat().st_mtime_ns
+    assert decode_kernel._build() == first and first.stat().st_mtime_ns == mtime
+    assert DecodeKernel(ctypes.CDLL(str(first))).caps == KERNEL.caps  # type: ignore[union-attr]
+
+
+@needs_kernel
+async def test_the_engine_samples_the_same_tokens_with_it_or_without(tokenizer: Any) -> None:
+    """Greedy and seeded sampling, same tokens and logprobs: rows of different lengths (holes),
+    a system prompt every row shares (its part merged in), rows joining a running batch."""
+    from tests.unit.engines.test_fused_decode import same_samples
+    from tests.unit.engines.test_transformers_engine import varied_model
+
+    torch.set_num_threads(1)
+    model = varied_model(tokenizer, seed=4)
+    on = TransformersEngine(model, tokenizer, max_batch_size=4)
+    off = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, decode_kernel=False)
+    assert on._pass.fused is not None and on._pass.fused.kernel is KERNEL
+    assert off._pass.fused is not None and off._pass.fused.kernel is None
+    system = list(range(300, 300 + cascade.MIN_SHARED + 8))
+    prompts = [system + [400 + i] * (3 + 9 * i) for i in range(5)]
+    try:
+        await same_samples(on, off, prompts)
+        assert on.stats.cascade_steps > 0
+    finally:
+        await on.aclose()
+        await off.aclose()
