@@ -43,11 +43,12 @@ class EngineSpec(Spec):
     within float rounding; needs ``packed_linears``. false: Hugging Face's forward (for
     comparisons, e.g. ``bench/demo_pools.py --compare fused``)."""
     decode_kernel: bool = True
-    """transformers engine on the CPU, with ``fused_pass``: decode steps attend over their rows'
-    keys and values with arft's own kernel (C++ with AVX-512, built on first use with the
-    system's C++ compiler, ``$CXX`` or ``c++``, into ``~/.cache/arft/kernels``; ~1.8x PyTorch's
-    flash kernel on that part in bfloat16). Where it cannot run (no AVX-512, no compiler) the
-    engine logs why and keeps PyTorch's kernel. false: PyTorch's kernel (for comparisons)."""
+    """transformers engine on the CPU, with ``fused_pass``: arft's own kernels (C++ with AVX-512,
+    built on first use with the system's C++ compiler, ``$CXX`` or ``c++``, into
+    ``~/.cache/arft/kernels``) run decode steps' attention over the rows' keys and values (~2x
+    PyTorch's flash kernel there), and RMSNorm and the rotary embedding in one call each (same
+    results as Hugging Face's). Where they cannot run (no AVX-512, no compiler) the engine logs why
+    and keeps PyTorch's. false: PyTorch's (for comparisons)."""
     lora: Literal["auto", "merged", "adapter"] = "auto"
     """transformers engine, LoRA training: how rollouts apply the adapter. ``adapter``: the engine
     samples from the policy itself (in its fused pass on the CPU, the adapters' products packed

@@ -14,6 +14,11 @@ with the system's C++ compiler (``$CXX``, else ``c++``/``g++``; ``-march=native 
 and loaded with ``ctypes``. Its OpenMP parallel loop runs on the calling thread's pool of the
 OpenMP runtime torch already loaded (the same ``libgomp.so.1``), so it adds no threads.
 
+The same library holds the small steps around a decode step's products (``norm_rope.cpp``):
+Llama's RMSNorm, after the residual add it follows, and the rotary embedding of queries and keys
+in place, each one call where PyTorch dispatches 5-10 operations, with Hugging Face's results
+(bit for bit in bfloat16).
+
 ``load()`` gives the kernel, or ``None`` where it cannot run here (no x86-64 CPU with AVX-512,
 no compiler, a failed build: ``unavailable()`` says why, and the engine keeps PyTorch's kernel);
 ``DecodeKernel.attend`` runs it. torch is imported lazily.
@@ -38,8 +43,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).resolve().parent / "kernels" / "decode_attention.cpp"
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+KERNELS = Path(__file__).resolve().parent / "kernels"
+SOURCES = (KERNELS / "decode_attention.cpp", KERNELS / "norm_rope.cpp")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+"""``-ffp-contract=off``: no multiply-add fused where PyTorch rounds the product first."""
 GROUPS = range(1, 9)
 """Query heads per key/value head the kernel is built for."""
 HEAD_DIMS = (32, 64, 128)
@@ -57,6 +64,12 @@ class DecodeKernel:
         self._run = lib.arft_decode_attention
         self._run.argtypes, self._run.restype = _ARGS, ctypes.c_int
         self.caps = int(lib.arft_decode_attention_caps())
+        self._norm, self._rope = lib.arft_rms_norm, lib.arft_rope
+        self._norm.argtypes = [_PTR, _I64] * 3 + [_PTR, _PTR] + [_I64] * 3 + [ctypes.c_float] + [ctypes.c_int] * 2
+        self._rope.argtypes = [_PTR] + [_I64] * 3 + [_PTR, _PTR] + [_I64] * 2 + [ctypes.c_int, ctypes.c_int]
+        self._norm.restype = self._rope.restype = ctypes.c_int
+        self.small_ops = bool(lib.arft_norm_rope_caps())
+        """Whether ``rms_norm`` and ``rope_`` run here (AVX-512 with BF16)."""
 
     def supports(self, dtype: "torch.dtype", group: int, head_dim: int) -> bool:
         """Whether it runs queries of ``dtype`` with ``group`` query heads per key/value head."""
@@ -95,6 +108,63 @@ class DecodeKernel:
         return out
 
 
+    def rms_norm(self, x: "torch.Tensor", weight: "torch.Tensor", eps: float, delta: "torch.Tensor | None" = None
+                 ) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """Llama's RMSNorm of ``x + delta`` (``delta``: the residual add it follows; ``x`` alone
+        without it) with ``weight``, as Hugging Face's ``LlamaRMSNorm`` computes it: the normed
+        rows and ``x + delta`` (``x`` itself without ``delta``). Rows of ``x`` ``[..., dim]``
+        contiguous, where ``small_ops`` and ``fits``."""
+        import torch
+
+        dim = x.shape[-1]
+        rows = x.numel() // dim
+        out = torch.empty_like(x)
+        hidden = x if delta is None else torch.empty_like(x)
+        rc = self._norm(x.data_ptr(), dim, None if delta is None else delta.data_ptr(), dim,
+                        None if delta is None else hidden.data_ptr(), dim, weight.data_ptr(), out.data_ptr(), dim,
+                        rows, dim, eps, int(x.dtype == torch.bfloat16), torch.get_num_threads())
+        if rc:
+            raise ValueError(f"decode kernel: no RMSNorm of {dim} values a row here; check DecodeKernel.fits first")
+        return out, hidden
+
+    def rope_(self, x: "torch.Tensor", heads: int, head_dim: int, cos: "torch.Tensor", sin: "torch.Tensor") -> None:
+        """Rotate the first ``heads`` heads of each row of ``x`` ``[..., >= heads * head_dim]`` in
+        place by ``cos``/``sin`` ``[..., head_dim]`` (one row each), as Hugging Face's
+        ``apply_rotary_pos_emb`` does; rows evenly strided (``rows_of``), where ``small_ops``."""
+        import torch
+
+        stride = rows_of(x)
+        if stride is None or rows_of(cos) != head_dim or rows_of(sin) != head_dim:
+            raise ValueError("decode kernel: rope_ needs evenly strided rows and contiguous cos/sin")
+        rc = self._rope(x.data_ptr(), stride, heads, head_dim, cos.data_ptr(), sin.data_ptr(), head_dim,
+                        x.numel() // x.shape[-1], int(x.dtype == torch.bfloat16), torch.get_num_threads())
+        if rc:
+            raise ValueError(f"decode kernel: no rotary embedding of heads of {head_dim} here")
+
+    def fits(self, x: "torch.Tensor") -> bool:
+        """Whether ``rms_norm``/``rope_`` take ``x``: on the CPU, a dtype the build runs, contiguous
+        rows of a multiple of 16 values (at most 8192)."""
+        return (self.small_ops and self.supports(x.dtype, 1, 64) and x.device.type == "cpu" and x.is_contiguous()
+                and x.shape[-1] % 16 == 0 and x.shape[-1] <= 8192)
+
+
+def rows_of(x: "torch.Tensor") -> int | None:
+    """The stride between the rows of ``x`` ``[..., n]`` flattened to ``[rows, n]`` (its last
+    dimension contiguous, every leading dimension one step of rows), ``None`` where they are not."""
+    if x.stride(-1) != 1:
+        return None
+    row, rows = None, 1
+    for size, step in zip(reversed(x.shape[:-1]), reversed(x.stride()[:-1])):
+        if size == 1:
+            continue
+        if row is None:
+            row = step
+        elif step != row * rows:
+            return None
+        rows *= size
+    return x.shape[-1] if row is None else row
+
+
 @functools.cache
 def load() -> DecodeKernel | None:
     """The kernel, built and loaded once a process; ``None`` where it cannot run (``unavailable``)."""
@@ -108,7 +178,7 @@ def load() -> DecodeKernel | None:
             reason = f"{exc}"
         else:
             if kernel.caps:
-                log.info("decode attention: arft's kernel (%s)", SOURCE.name)
+                log.info("decode attention: arft's kernel (%s)", ", ".join(x.name for x in SOURCES))
                 return kernel
             reason = "built without AVX-512 (the compiler's -march=native found none)"
     _REASONS.append(reason)
@@ -158,8 +228,8 @@ def _build() -> Path:
     atomic rename, so concurrent processes never load a half-written file)."""
     cxx = _compiler()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), cxx.encode(), version.encode(),
+    sources = [x.read_bytes() for x in SOURCES]
+    key = hashlib.sha256(b"\0".join([*sources, " ".join(FLAGS).encode(), cxx.encode(), version.encode(),
                                      " ".join(sorted(_cpu_flags())).encode()])).hexdigest()[:16]
     cache = Path(os.environ.get("ARFT_KERNEL_CACHE", "~/.cache/arft/kernels")).expanduser()
     target = cache / f"decode_attention-{key}.so"
@@ -169,9 +239,10 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(dir=cache, suffix=".so")
     os.close(fd)
     try:
-        done = subprocess.run([cxx, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([cxx, *FLAGS, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True,
+                              timeout=300)
         if done.returncode:
-            raise RuntimeError(f"building {SOURCE.name} with {cxx} failed (exit {done.returncode}): "
+            raise RuntimeError(f"building {KERNELS.name}/*.cpp with {cxx} failed (exit {done.returncode}): "
                                f"{done.stderr.strip()[-600:]}; set CXX to a C++17 compiler with OpenMP")
         os.replace(tmp, target)
     finally:

@@ -11,8 +11,10 @@ step. ``FusedDecoder`` runs the same arithmetic with what the step needs and not
 - RMSNorm is ``F.rms_norm`` in float32 (the model's own norm otherwise), rotary embeddings come
   from the model's own rotary module and Hugging Face's ``apply_rotary_pos_emb``, attention is
   ``cascade.attend`` (the shared prefix read once, the rows' masked holes skipped, key/value
-  heads never copied, the mask made once a pass; decode steps' own columns on arft's kernel where
-  it runs, ``arft.engines.decode_kernel``), and the cache is the batch's own (``cache.update``).
+  heads never copied, the mask made once a pass), and the cache is the batch's own (``cache.update``);
+- where arft's CPU kernels run (``arft.engines.decode_kernel``, AVX-512), decode steps' attention
+  over the rows' own columns is theirs, and so are RMSNorm (with the residual add before it) and
+  the rotary embedding (in place in the q/k/v product's output), one call each.
 
 Prefills take it too, without their padding (``arft.engines.ragged``): the rows' real new tokens
 run as one sequence, and each row attends over its own real columns. A batched admission of tool
@@ -65,7 +67,7 @@ class FusedDecoder:
         dtype = model.model.embed_tokens.weight.dtype
         self.kernel = kernel if kernel is not None and kernel.supports(
             dtype, self.heads // self.kv_heads, self.head_dim) else None
-        """arft's decode-attention kernel, where it runs this model (``arft.engines.decode_kernel``)."""
+        """arft's CPU kernels, where they run this model (``arft.engines.decode_kernel``)."""
 
     @classmethod
     def of(cls, model: Any, kernel: "DecodeKernel | None" = None) -> "FusedDecoder | None":
@@ -156,17 +158,47 @@ class FusedDecoder:
 
         model, (b, s) = self.model.model, hidden.shape[:2]
         cos, sin = model.rotary_emb(hidden, positions)
+        delta = None  # the last block's output, added to hidden by the next norm
         for i, layer in enumerate(model.layers):
             attn, mlp = layer.self_attn, layer.mlp
-            q, k, v = _project(_norm(hidden, layer.input_layernorm), attn, [attn.q_proj, attn.k_proj, attn.v_proj])
+            normed, hidden = self._add_norm(hidden, delta, layer.input_layernorm)
+            q, k, v = _project(normed, attn, [attn.q_proj, attn.k_proj, attn.v_proj])
+            rotated = self.kernel is not None and self.kernel.small_ops
+            if rotated:
+                self._rotate(q, k, cos, sin)
             q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
             k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)
-            hidden = hidden + _project(attend(i, q, k, v), attn.o_proj, [attn.o_proj])[0]
-            gate, up = _project(_norm(hidden, layer.post_attention_layernorm), mlp, [mlp.gate_proj, mlp.up_proj])
-            hidden = hidden + _project(F.silu(gate) * up, mlp.down_proj, [mlp.down_proj])[0]
-        return hidden
+            if not rotated:
+                q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            delta = _project(attend(i, q, k, v), attn.o_proj, [attn.o_proj])[0]
+            normed, hidden = self._add_norm(hidden, delta, layer.post_attention_layernorm)
+            gate, up = _project(normed, mlp, [mlp.gate_proj, mlp.up_proj])
+            delta = _project(F.silu(gate) * up, mlp.down_proj, [mlp.down_proj])[0]
+        return hidden if delta is None else hidden + delta
+
+    def _add_norm(self, hidden: "torch.Tensor", delta: "torch.Tensor | None", norm: Any
+                  ) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """``norm(hidden + delta)`` and ``hidden + delta`` (``hidden`` without ``delta``): one call
+        of arft's kernel where it runs (``DecodeKernel.rms_norm``), else the model's own norm."""
+        kernel = self.kernel
+        if kernel is not None and kernel.fits(hidden) and (delta is None or kernel.fits(delta)):
+            return kernel.rms_norm(hidden, norm.weight, norm.variance_epsilon, delta)
+        hidden = hidden if delta is None else hidden + delta
+        return _norm(hidden, norm), hidden
+
+    def _rotate(self, q: "torch.Tensor", k: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> None:
+        """Rotary embeddings of ``q`` and ``k`` ``[b, s, heads * head_dim]`` in place on arft's
+        kernel: one call where k's heads follow q's in the rows of one product's output."""
+        kernel = self.kernel
+        assert kernel is not None
+        step = q.element_size()
+        if k.data_ptr() == q.data_ptr() + q.shape[-1] * step and k.stride() == q.stride():
+            kernel.rope_(q.as_strided((*q.shape[:-1], q.shape[-1] + k.shape[-1]), q.stride()),
+                         self.heads + self.kv_heads, self.head_dim, cos, sin)
+        else:
+            kernel.rope_(q, self.heads, self.head_dim, cos, sin)
+            kernel.rope_(k, self.kv_heads, self.head_dim, cos, sin)
 
     def _head(self, last: "torch.Tensor") -> "torch.Tensor":
         """Logits ``[B, V]`` of the last hidden states ``[B, hidden]``."""

@@ -6,8 +6,8 @@
 - ``fused``: decode steps and prefills of a Llama-family model run ``arft.engines.fused_decode``
   instead of Hugging Face's forward (prefills without their padding: ``arft.engines.ragged``),
   and a decode step may share its pass with a prefill (``step_and_prefill``);
-- ``kernel``: the fused pass's decode steps attend over their rows' own columns on arft's kernel
-  (``arft.engines.decode_kernel``, built on first use; AVX-512 CPUs).
+- ``kernel``: arft's CPU kernels in the fused pass (``arft.engines.decode_kernel``, built on first
+  use; AVX-512 CPUs): decode steps' attention over the rows' own columns, RMSNorm, rotary embeddings.
 
 Each is on where the device and the model allow it and the engine's switch (for comparisons)
 leaves it on; every other pass is the model's own forward with the cache it is given.
@@ -39,7 +39,7 @@ class ModelPass:
         self.packed = packed_linears and on_cpu and packed_linear.enable(model) > 0
         self._fuse = fused_decode and self.packed
         self.kernel = load_kernel() if self._fuse and decode_kernel else None
-        """arft's decode-attention kernel for the fused pass (``None``: off, or it cannot run here)."""
+        """arft's CPU kernels for the fused pass (``None``: off, or they cannot run here)."""
         self.fused = FusedDecoder.of(model, self.kernel) if self._fuse else None
         self.mix = True
         """``step_and_prefill`` may run its two passes as one (off: for comparisons)."""

@@ -118,7 +118,8 @@ def test_refuses_what_it_does_not_run() -> None:
 
 def test_a_failed_build_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     failing = tmp_path / "cxx"
-    failing.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo fake 1.0 && exit 0\necho 'no such flag' >&2\nexit 3\n")
+    failing.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo fake 1.0 && exit 0\n"
+                       "echo 'no such flag' >&2\nexit 3\n")
     failing.chmod(0o755)
     monkeypatch.setenv("CXX", str(failing))
     monkeypatch.setenv("ARFT_KERNEL_CACHE", str(tmp_path / "cache"))
@@ -165,3 +166,61 @@ async def test_the_engine_samples_the_same_tokens_with_it_or_without(tokenizer: 
     finally:
         await on.aclose()
         await off.aclose()
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("residual", [False, True])
+def test_rms_norm_is_hugging_faces(dtype: torch.dtype, residual: bool) -> None:
+    """``LlamaRMSNorm`` of ``x (+ delta)``: bit for bit in bfloat16 (float32: the sum of squares in
+    another order); the sum itself exactly ``x + delta``."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    kernel = KERNEL
+    assert kernel is not None and kernel.small_ops
+    gen = torch.Generator().manual_seed(2)
+    x, delta = (torch.randn(3, 5, 96, generator=gen).to(dtype) for _ in range(2))
+    norm = LlamaRMSNorm(96, eps=1e-5).to(dtype)
+    norm.weight.data = (1 + 0.3 * torch.randn(96, generator=gen)).to(dtype)
+    assert kernel.fits(x)
+    got, hidden = kernel.rms_norm(x, norm.weight, norm.variance_epsilon, delta if residual else None)
+    want_hidden = x + delta if residual else x
+    assert torch.equal(hidden, want_hidden)
+    want = norm(want_hidden)
+    if dtype == torch.bfloat16:
+        assert torch.equal(got, want)
+    else:
+        assert torch.allclose(got, want, atol=1e-6)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_is_hugging_faces(dtype: torch.dtype) -> None:
+    """Queries and keys in one product's rows, rotated in place: Hugging Face's
+    ``apply_rotary_pos_emb`` bit for bit; the values after them untouched."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    kernel = KERNEL
+    assert kernel is not None
+    gen = torch.Generator().manual_seed(3)
+    b, s, d = 2, 3, 32
+    qkv = torch.randn(b, s, (4 + 2 + 2) * d, generator=gen).to(dtype)
+    cos, sin = (torch.randn(b, s, d, generator=gen).to(dtype) for _ in range(2))
+    q, k = qkv[..., : 4 * d].view(b, s, 4, d).transpose(1, 2), qkv[..., 4 * d: 6 * d].view(b, s, 2, d).transpose(1, 2)
+    want_q, want_k = apply_rotary_pos_emb(q, k, cos, sin)
+    mine = qkv.clone()
+    kernel.rope_(mine, 6, d, cos, sin)
+    assert torch.equal(mine[..., : 4 * d].view(b, s, 4, d).transpose(1, 2), want_q)
+    assert torch.equal(mine[..., 4 * d: 6 * d].view(b, s, 2, d).transpose(1, 2), want_k)
+    assert torch.equal(mine[..., 6 * d:], qkv[..., 6 * d:])
+    with pytest.raises(ValueError, match="evenly strided rows"):
+        kernel.rope_(mine.transpose(0, 1), 6, d, cos, sin)
+
+
+def test_rows_of_tells_evenly_strided_rows() -> None:
+    x = torch.zeros(4, 3, 10)
+    assert decode_kernel.rows_of(x) == 10
+    assert decode_kernel.rows_of(x[..., :6]) == 10  # a leading slice of each row: rows 10 apart
+    assert decode_kernel.rows_of(x[:, :2]) is None  # rows 10 apart within a block, 30 between blocks
+    assert decode_kernel.rows_of(x[:, :1]) == 30
+    assert decode_kernel.rows_of(x.transpose(-1, -2)) is None

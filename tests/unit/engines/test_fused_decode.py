@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from arft.engines import packed_linear
+from arft.engines import decode_kernel, packed_linear
 from arft.engines.cascade import MIN_SHARED
 from arft.engines.fused_decode import FusedDecoder, supported
 from arft.engines.kv_batch import growing_layer
@@ -72,9 +72,14 @@ ADAPTERS = [None, "all-linear", ["q_proj", "v_proj", "up_proj"]]
 Llama adapts q and v): the plain layers of a group get a zero block."""
 
 
+KERNELS = [None] + ([decode_kernel.load()] if decode_kernel.load() is not None else [])
+"""PyTorch's kernels, and arft's (``arft.engines.decode_kernel``) where it builds."""
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: "arft-kernel" if k else "torch")
 @pytest.mark.parametrize("lora", ADAPTERS)
 @pytest.mark.parametrize("shared", [0, MIN_SHARED + 4])
-def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: Any) -> None:
+def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: Any, kernel: Any) -> None:
     model = varied_model(tokenizer, seed=1)
     if lora:  # the policy the engine samples through (engine.lora: adapter)
         model = adapted(model, target_modules=lora)
@@ -82,8 +87,8 @@ def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: Any) -> N
     reference.set_attn_implementation("sdpa")
     TransformersEngine(model, tokenizer)  # the engine's model: cascade attention, packed linears
     (cache, mask), ids, positions = prefilled(reference, shared)
-    decoder = FusedDecoder.of(model)
-    assert decoder is not None
+    decoder = FusedDecoder.of(model, kernel)
+    assert decoder is not None and decoder.kernel is kernel
     for step in range(3):  # the caches grow alike, step after step
         mine = copy.deepcopy(cache)
         want = hf_step(reference, cache, mask, ids, positions)
@@ -99,7 +104,8 @@ def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: Any) -> N
 
 @pytest.mark.parametrize(("cached", "width"), [(True, 6), (False, 6), (True, packed_linear.MAX_ROWS // 2)])
 @pytest.mark.parametrize("lora", ADAPTERS)
-def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width: int, lora: Any) -> None:
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: "arft-kernel" if k else "torch")
+def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width: int, lora: Any, kernel: Any) -> None:
     # a prefill of `width` new tokens per row (one row's new tokens left-padded to 2), after a
     # cached history or into an empty cache (padding positions before any real column); the
     # padding is not run (arft.engines.ragged); a long one (more than MAX_ROWS real tokens) runs
@@ -109,7 +115,7 @@ def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width:
         model = adapted(model, target_modules=lora)
     reference = copy.deepcopy(model)
     packed_linear.enable(model)
-    decoder = FusedDecoder.of(model)
+    decoder = FusedDecoder.of(model, kernel)
     assert decoder is not None
     if cached:
         (cache, mask), _, positions = prefilled(reference, 0)

@@ -1,0 +1,149 @@
+// The small steps around a decode step's products, one call each instead of 5-10 PyTorch
+// operations (each costs more to dispatch than to run at decode's few rows): Llama's RMSNorm
+// (after the residual add it follows) and the rotary embedding of queries and keys. Each gives
+// Hugging Face's results: the same operations, rounded to the dtype where PyTorch rounds them
+// (bfloat16 products rounded before they are summed; no fused multiply-add where PyTorch has
+// none). Built with arft's decode-attention kernel (arft.engines.decode_kernel).
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512BF16__)
+namespace {
+// bfloat16 or float32 values as float32, 16 at a time (n < 16: the first n, the rest 0).
+template <bool BF16> inline __m512 load(const void* p, int n = 16) {
+    __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    if constexpr (BF16) {
+        __m256i raw = _mm256_maskz_loadu_epi16(m, p);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+    } else {
+        return _mm512_maskz_loadu_ps(m, p);
+    }
+}
+
+template <bool BF16> inline void store(void* p, __m512 x, int n = 16) {
+    __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    if constexpr (BF16) {
+        _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(x));
+    } else {
+        _mm512_mask_storeu_ps(p, m, x);
+    }
+}
+
+// x rounded to the dtype (bfloat16: round to nearest even), as float32.
+template <bool BF16> inline __m512 round(__m512 x) {
+    if constexpr (BF16) {
+        __m256i b = (__m256i)_mm512_cvtneps_pbh(x);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    } else {
+        return x;
+    }
+}
+
+template <bool BF16> constexpr int64_t E = BF16 ? 2 : 4;
+
+// One row: h = x (+ delta, rounded), written to hidden if given; out = w * round(h * rsqrt(mean(h^2) + eps)).
+template <bool BF16>
+void norm_row(const char* x, const char* delta, char* hidden, const char* w, char* out, int64_t dim, float eps) {
+    float buf[8192];
+    __m512 ss = _mm512_setzero_ps();
+    for (int64_t i = 0; i < dim; i += 16) {
+        int n = dim - i < 16 ? (int)(dim - i) : 16;
+        __m512 h = load<BF16>(x + E<BF16> * i, n);
+        if (delta) {
+            h = round<BF16>(_mm512_add_ps(h, load<BF16>(delta + E<BF16> * i, n)));
+            if (hidden) store<BF16>(hidden + E<BF16> * i, h, n);
+        }
+        _mm512_storeu_ps(buf + i, h);  // buf has room for a whole last vector
+        ss = _mm512_add_ps(ss, _mm512_mul_ps(h, h));
+    }
+    float r = 1.0f / sqrtf(_mm512_reduce_add_ps(ss) / (float)dim + eps);
+    for (int64_t i = 0; i < dim; i += 16) {
+        int n = dim - i < 16 ? (int)(dim - i) : 16;
+        __m512 h = round<BF16>(_mm512_mul_ps(_mm512_loadu_ps(buf + i), _mm512_set1_ps(r)));
+        store<BF16>(out + E<BF16> * i, _mm512_mul_ps(load<BF16>(w + E<BF16> * i, n), h), n);
+    }
+}
+
+template <bool BF16>
+void norm(const void* x, int64_t x_s, const void* delta, int64_t d_s, void* hidden, int64_t h_s, const void* w,
+          void* out, int64_t o_s, int64_t rows, int64_t dim, float eps, int threads) {
+#pragma omp parallel for num_threads(threads) if (rows * dim >= 262144)
+    for (int64_t r = 0; r < rows; r++)
+        norm_row<BF16>((const char*)x + E<BF16> * r * x_s, delta ? (const char*)delta + E<BF16> * r * d_s : nullptr,
+                       hidden ? (char*)hidden + E<BF16> * r * h_s : nullptr, (const char*)w,
+                       (char*)out + E<BF16> * r * o_s, dim, eps);
+}
+
+// Heads [heads, D] of one row rotated in place: x * cos + rotate_half(x) * sin, each product
+// rounded to the dtype, then their sum (rotate_half(x) = [-x2, x1] for x = [x1, x2]).
+template <bool BF16>
+void rope_row(char* x, int64_t heads, int64_t d, const char* cos, const char* sin) {
+    int64_t half = d / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        char* row = x + E<BF16> * h * d;
+        for (int64_t i = 0; i < half; i += 16) {
+            int n = half - i < 16 ? (int)(half - i) : 16;
+            __m512 a = load<BF16>(row + E<BF16> * i, n), b = load<BF16>(row + E<BF16> * (i + half), n);
+            __m512 ca = load<BF16>(cos + E<BF16> * i, n), cb = load<BF16>(cos + E<BF16> * (i + half), n);
+            __m512 sa = load<BF16>(sin + E<BF16> * i, n), sb = load<BF16>(sin + E<BF16> * (i + half), n);
+            __m512 lo = _mm512_add_ps(round<BF16>(_mm512_mul_ps(a, ca)), round<BF16>(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), b), sa)));
+            __m512 hi = _mm512_add_ps(round<BF16>(_mm512_mul_ps(b, cb)), round<BF16>(_mm512_mul_ps(a, sb)));
+            store<BF16>(row + E<BF16> * i, lo, n);
+            store<BF16>(row + E<BF16> * (i + half), hi, n);
+        }
+    }
+}
+
+template <bool BF16>
+void rope(void* x, int64_t x_s, int64_t heads, int64_t d, const void* cos, const void* sin, int64_t c_s,
+          int64_t rows, int threads) {
+#pragma omp parallel for num_threads(threads) if (rows * heads * d >= 262144)
+    for (int64_t r = 0; r < rows; r++)
+        rope_row<BF16>((char*)x + E<BF16> * r * x_s, heads, d, (const char*)cos + E<BF16> * r * c_s,
+                       (const char*)sin + E<BF16> * r * c_s);
+}
+}  // namespace
+#define ARFT_OPS 1
+#else
+#define ARFT_OPS 0
+#endif
+
+// 1: built (AVX-512 with BF16), 0: not.
+extern "C" int arft_norm_rope_caps() { return ARFT_OPS; }
+
+// rows of x [rows, dim] (row stride x_s; delta, hidden, out alike) in bfloat16 (bf16 = 1) or
+// float32: with delta, hidden = x + delta (written where hidden is not null) is what is
+// normalised; out = weight * norm. 0: done, 1: not supported.
+extern "C" int arft_rms_norm(const void* x, int64_t x_s, const void* delta, int64_t d_s, void* hidden, int64_t h_s,
+                             const void* weight, void* out, int64_t o_s, int64_t rows, int64_t dim, float eps, int bf16,
+                             int threads) {
+#if ARFT_OPS
+    if (dim > 8192 || dim % 16) return 1;
+    if (bf16) norm<true>(x, x_s, delta, d_s, hidden, h_s, weight, out, o_s, rows, dim, eps, threads);
+    else norm<false>(x, x_s, delta, d_s, hidden, h_s, weight, out, o_s, rows, dim, eps, threads);
+    return 0;
+#else
+    (void)x; (void)x_s; (void)delta; (void)d_s; (void)hidden; (void)h_s; (void)weight; (void)out; (void)o_s;
+    (void)rows; (void)dim; (void)eps; (void)bf16; (void)threads;
+    return 1;
+#endif
+}
+
+// The first `heads` heads of each row of x [rows, >= heads * d] (row stride x_s) rotated in
+// place by cos and sin [rows, d] (row stride c_s). 0: done, 1: not supported.
+extern "C" int arft_rope(void* x, int64_t x_s, int64_t heads, int64_t d, const void* cos, const void* sin,
+                         int64_t c_s, int64_t rows, int bf16, int threads) {
+#if ARFT_OPS
+    if (d % 2) return 1;
+    if (bf16) rope<true>(x, x_s, heads, d, cos, sin, c_s, rows, threads);
+    else rope<false>(x, x_s, heads, d, cos, sin, c_s, rows, threads);
+    return 0;
+#else
+    (void)x; (void)x_s; (void)heads; (void)d; (void)cos; (void)sin; (void)c_s; (void)rows; (void)bf16; (void)threads;
+    return 1;
+#endif
+}
