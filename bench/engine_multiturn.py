@@ -19,7 +19,7 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
   prepacked weights (``arft.engines.packed_linear``), to measure what packing adds.
 - ``kv-hf-forward``: ``engine+kv`` with decode steps and prefills run by Hugging Face's forward
   instead of the fused pass (``arft.engines.fused_decode``), to measure what fusing adds.
-- ``kv-no-kernel``: ``engine+kv`` without arft's CPU kernels (``arft.engines.decode_kernel``,
+- ``kv-no-kernels``: ``engine+kv`` without arft's CPU kernels (``arft.models.cpu_kernels``,
   AVX-512 CPUs: decode steps' attention over the rows' own columns, RMSNorm after its residual
   add, the rotary embedding in place), i.e. on PyTorch's flash kernel and operations, to measure
   what the kernels add.
@@ -64,7 +64,7 @@ EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name":
            '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
            '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
 TURNS = 3
-SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward", "kv-no-kernel",
+SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward", "kv-no-kernels",
            "kv-no-mix", "kv-two-pools", "kv-adapter", "kv-adapter-hf")
 
 
@@ -172,7 +172,7 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
 
     options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
                "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False},
-               "kv-hf-forward": {"fused_decode": False}, "kv-no-kernel": {"decode_kernel": False},
+               "kv-hf-forward": {"fused_decode": False}, "kv-no-kernels": {"cpu_kernels": False},
                "kv-no-mix": {}, "kv-two-pools": {}, "kv-adapter": {},
                "kv-adapter-hf": {"fused_decode": False}}
     # one model for every arm (same weights); the engines built first switch its attention and linear
@@ -246,7 +246,7 @@ def main() -> None:
     ratios = [("engine+kv", "hf", " (goal >= 3)"), ("engine+kv", "engine", " (goal >= 1.5)"),
               ("engine", "hf", ""), ("engine+kv", "kv-no-cascade", ": cascade attention"),
               ("engine+kv", "kv-unpacked", ": packed linears"), ("engine+kv", "kv-hf-forward", ": fused decode"),
-              ("engine+kv", "kv-no-kernel", ": arft's kernels"),
+              ("engine+kv", "kv-no-kernels", ": arft's kernels"),
               ("engine+kv", "kv-no-mix", ": step in the prefill's pass"),
               ("engine+kv", "kv-two-pools", ": one OpenMP pool")]
     print("ratios: " + " | ".join(f"{a} / {b}: {med[a] / med[b]:.2f}x{note}"

@@ -17,10 +17,14 @@ with ``training.share_prefix`` off and on, alternating in the same run, and the 
 linear layer one function), alternating in the same run, and the ratio (``share_prefix`` as
 ``--shared`` says).
 
+``--kernels``: the update with ``training.cpu_kernels`` off (Hugging Face's RMSNorm) and on (each
+RMSNorm one function on arft's CPU kernels, ``arft.trainer.fused_norm``), alternating, and the ratio.
+
     python bench/update_throughput.py [--seqs 8] [--len 512] [--repeats 3] [--threads 2]
     python bench/update_throughput.py --shared 320     # share_prefix off vs on
     python bench/update_throughput.py --shared 320 --arms on   # one arm: its own peak RSS
     python bench/update_throughput.py --fused                  # fused_lora off vs on
+    python bench/update_throughput.py --kernels                # cpu_kernels off vs on
 """
 
 from __future__ import annotations
@@ -76,20 +80,27 @@ def compared_arms(args: argparse.Namespace) -> dict[str, dict[str, bool]]:
     fused_lora off/on with ``--fused`` (share_prefix on where ``--shared`` is given), else one."""
     share = bool(args.shared)
     if args.fused:
-        arms = {f"fused_lora {s}": {"share_prefix": share, "fused_lora": s == "on"} for s in ("off", "on")}
+        arms = {f"fused_lora {s}": {"share_prefix": share, "fused_lora": s == "on", "cpu_kernels": True}
+                for s in ("off", "on")}
+    elif args.kernels:
+        arms = {f"cpu_kernels {s}": {"share_prefix": share, "fused_lora": True, "cpu_kernels": s == "on"}
+                for s in ("off", "on")}
     elif args.shared:
-        arms = {f"share_prefix {s}": {"share_prefix": s == "on", "fused_lora": True} for s in ("off", "on")}
+        arms = {f"share_prefix {s}": {"share_prefix": s == "on", "fused_lora": True, "cpu_kernels": True}
+                for s in ("off", "on")}
     else:
-        return {"update": {"share_prefix": True, "fused_lora": True}}
+        return {"update": {"share_prefix": True, "fused_lora": True, "cpu_kernels": True}}
     return arms if args.arms == "both" else {k: v for k, v in arms.items() if k.endswith(f" {args.arms}")}
 
 
 def use_arm(learner: Any, spec: Any, switches: dict[str, bool]) -> None:
-    """Set the learner's spec to ``switches`` and fuse or unfuse its LoRA layers to match."""
+    """Set the learner's spec to ``switches`` and fuse or unfuse its LoRA layers and norms to match."""
+    from arft.trainer import fused_norm
     from arft.trainer.fused_lora import set_fused
 
     learner.spec = spec.model_copy(update=switches)
     set_fused(learner.policy, switches["fused_lora"])
+    fused_norm.set_fused(learner.policy, switches["cpu_kernels"])
 
 
 def main() -> None:
@@ -101,8 +112,10 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=4, help="sequences per group with --shared (default 4)")
     ap.add_argument("--fused", action="store_true",
                     help="compare training.fused_lora off and on (instead of share_prefix off and on)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="compare training.cpu_kernels off and on (the update's RMSNorm on arft's CPU kernels)")
     ap.add_argument("--arms", choices=["both", "off", "on"], default="both",
-                    help="with --shared or --fused: the switch off and on (default), or one of them alone "
+                    help="with --shared, --fused or --kernels: the switch off and on (default), or one of them alone "
                          "(its own peak RSS)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)

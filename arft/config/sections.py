@@ -42,13 +42,13 @@ class EngineSpec(Spec):
     attention that skips holes, no padding run) instead of Hugging Face's, with the same logits
     within float rounding; needs ``packed_linears``. false: Hugging Face's forward (for
     comparisons, e.g. ``bench/demo_pools.py --compare fused``)."""
-    decode_kernel: bool = True
+    cpu_kernels: bool = True
     """transformers engine on the CPU, with ``fused_pass``: arft's own kernels (C++ with AVX-512,
     built on first use with the system's C++ compiler, ``$CXX`` or ``c++``, into
     ``~/.cache/arft/kernels``) run decode steps' attention over the rows' keys and values (~2x
-    PyTorch's flash kernel there), and RMSNorm and the rotary embedding in one call each (same
-    results as Hugging Face's). Where they cannot run (no AVX-512, no compiler) the engine logs why
-    and keeps PyTorch's. false: PyTorch's (for comparisons)."""
+    PyTorch's flash kernel there), and RMSNorm, the rotary embedding and ``silu(gate) * up`` in
+    one call each (Hugging Face's results). Where they cannot run (no AVX-512, no compiler) the
+    engine logs why and keeps PyTorch's. false: PyTorch's (for comparisons)."""
     lora: Literal["auto", "merged", "adapter"] = "auto"
     """transformers engine, LoRA training: how rollouts apply the adapter. ``adapter``: the engine
     samples from the policy itself (in its fused pass on the CPU, the adapters' products packed
@@ -207,6 +207,11 @@ class TrainingSpec(Spec):
     written-out backward) instead of peft's modules, which cast, scale and add the activations in
     passes of their own: the same gradient, 1.2-1.3x faster updates where bf16 is native
     (bench/update_throughput.py --fused). Layers with adapter dropout keep peft's forward."""
+    cpu_kernels: bool = True
+    """Run the update's RMSNorms (float32 activations on the CPU) as one function on arft's CPU
+    kernels (``arft.models.cpu_kernels``: AVX-512, built on first use with the system's C++
+    compiler) instead of Hugging Face's six operations and their backward: the same gradient
+    within float32 rounding. Where the kernels cannot run, Hugging Face's norm runs."""
     updates_per_batch: int = 1
     """Optimizer steps per batch of rollouts (minibatch passes; >1 uses the clipped ratio)."""
     normalize_std: bool = True

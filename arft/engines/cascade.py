@@ -20,7 +20,7 @@ columns after it, and only the rows with real columns before it (gathered) over 
 join through their log-sum-exps as above. The split is made once a step, for every layer.
 
 A decode step of the engine's fused pass (``arft.engines.fused_decode``) may run each row's own
-columns on arft's decode-attention kernel instead (``arft.engines.decode_kernel``: it streams a
+columns on arft's decode-attention kernel instead (``arft.models.cpu_kernels``: it streams a
 row's keys and values at about twice the speed of PyTorch's kernel on an AVX-512 CPU, skips the
 masked holes itself, and merges the shared prefix's part into its output).
 
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-    from arft.engines.decode_kernel import DecodeKernel
+    from arft.models.cpu_kernels import CpuKernels
 
 NAME = "arft_cascade"
 KEYWORD = "arft_shared_prefix"
@@ -167,11 +167,11 @@ def cascades(query: "torch.Tensor", key: "torch.Tensor", shared: int) -> bool:
 
 
 def attend(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
-           shared: int, scale: float, split: Split | None = None, kernel: "DecodeKernel | None" = None
+           shared: int, scale: float, split: Split | None = None, kernel: "CpuKernels | None" = None
            ) -> "torch.Tensor":
     """``[B, q, Hq, D]``: cascade where ``cascades``, else sdpa on the key/value heads as they are
     (no gradient: the engine's passes). A decode step given its ``hole_split`` skips the holes; one
-    given ``kernel`` (``arft.engines.decode_kernel``, which skips them itself) runs the rows' own
+    given ``kernel`` (``arft.models.cpu_kernels``, which skips them itself) runs the rows' own
     columns on it."""
     if kernel is not None and query.shape[2] == 1:
         return _kernel_decode(query, key, value, mask, shared, scale, kernel)
@@ -233,7 +233,7 @@ def _decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
 
 
 def _kernel_decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", mask: "torch.Tensor | None",
-                   shared: int, scale: float, kernel: "DecodeKernel") -> "torch.Tensor":
+                   shared: int, scale: float, kernel: "CpuKernels") -> "torch.Tensor":
     """``_decode`` with each row's own columns on arft's kernel, which starts from the shared
     prefix's part (PyTorch's kernel, read once for all rows where ``reads_once``) and merges it."""
     b, hq, _, d = query.shape

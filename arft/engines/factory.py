@@ -31,4 +31,4 @@ def transformers_options(spec: EngineSpec, max_batch_size: int | None = None) ->
     overrides the spec's)."""
     return {"max_batch_size": max_batch_size or spec.max_batch_size, "prefix_cache_mb": spec.prefix_cache_mb,
             "packed_linears": spec.packed_linears, "fused_decode": spec.fused_pass,
-            "decode_kernel": spec.decode_kernel}
+            "cpu_kernels": spec.cpu_kernels}

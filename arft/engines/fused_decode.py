@@ -12,9 +12,9 @@ step. ``FusedDecoder`` runs the same arithmetic with what the step needs and not
   from the model's own rotary module and Hugging Face's ``apply_rotary_pos_emb``, attention is
   ``cascade.attend`` (the shared prefix read once, the rows' masked holes skipped, key/value
   heads never copied, the mask made once a pass), and the cache is the batch's own (``cache.update``);
-- where arft's CPU kernels run (``arft.engines.decode_kernel``, AVX-512), decode steps' attention
-  over the rows' own columns is theirs, and so are RMSNorm (with the residual add before it) and
-  the rotary embedding (in place in the q/k/v product's output), one call each.
+- where arft's CPU kernels run (``arft.models.cpu_kernels``, AVX-512), decode steps' attention
+  over the rows' own columns is theirs, and so are RMSNorm (with the residual add before it), the
+  rotary embedding (in place in the q/k/v product's output) and ``silu(gate) * up``, one call each.
 
 Prefills take it too, without their padding (``arft.engines.ragged``): the rows' real new tokens
 run as one sequence, and each row attends over its own real columns. A batched admission of tool
@@ -43,7 +43,7 @@ from arft.engines.ragged import RaggedRows
 if TYPE_CHECKING:
     import torch
 
-    from arft.engines.decode_kernel import DecodeKernel
+    from arft.models.cpu_kernels import CpuKernels
 
 PassInputs = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor", Any, int]
 """One forward pass's ``(ids, positions, mask, cache, shared)`` (see ``FusedDecoder.logits``)."""
@@ -52,7 +52,7 @@ PassInputs = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor", Any, int]
 class FusedDecoder:
     """``logits(ids, positions, mask, cache, shared)``: a decode step or a prefill of ``model`` (module doc)."""
 
-    def __init__(self, model: Any, kernel: "DecodeKernel | None" = None) -> None:
+    def __init__(self, model: Any, kernel: "CpuKernels | None" = None) -> None:
         self.model = model = peft_layers.unwrap(model)
         self.adapted = [m for layer in model.model.layers for m in layer.modules() if peft_layers.is_lora(m)]
         """The model's LoRA layers (none without adapters)."""
@@ -67,10 +67,10 @@ class FusedDecoder:
         dtype = model.model.embed_tokens.weight.dtype
         self.kernel = kernel if kernel is not None and kernel.supports(
             dtype, self.heads // self.kv_heads, self.head_dim) else None
-        """arft's CPU kernels, where they run this model (``arft.engines.decode_kernel``)."""
+        """arft's CPU kernels, where they run this model (``arft.models.cpu_kernels``)."""
 
     @classmethod
-    def of(cls, model: Any, kernel: "DecodeKernel | None" = None) -> "FusedDecoder | None":
+    def of(cls, model: Any, kernel: "CpuKernels | None" = None) -> "FusedDecoder | None":
         """A decoder for ``model`` (decode steps' attention on ``kernel`` where it supports the
         model), or ``None`` where it would not reproduce Hugging Face's forward."""
         return cls(model, kernel) if supported(model) else None
@@ -159,39 +159,39 @@ class FusedDecoder:
         model, (b, s) = self.model.model, hidden.shape[:2]
         cos, sin = model.rotary_emb(hidden, positions)
         delta = None  # the last block's output, added to hidden by the next norm
+        small = self.kernel if self.kernel is not None and self.kernel.small_ops else None  # rotary, activation
         for i, layer in enumerate(model.layers):
             attn, mlp = layer.self_attn, layer.mlp
             normed, hidden = self._add_norm(hidden, delta, layer.input_layernorm)
             q, k, v = _project(normed, attn, [attn.q_proj, attn.k_proj, attn.v_proj])
-            rotated = self.kernel is not None and self.kernel.small_ops
-            if rotated:
-                self._rotate(q, k, cos, sin)
+            if small is not None:
+                self._rotate(small, q, k, cos, sin)
             q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
             k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-            if not rotated:
+            if small is None:
                 q, k = apply_rotary_pos_emb(q, k, cos, sin)
             delta = _project(attend(i, q, k, v), attn.o_proj, [attn.o_proj])[0]
             normed, hidden = self._add_norm(hidden, delta, layer.post_attention_layernorm)
             gate, up = _project(normed, mlp, [mlp.gate_proj, mlp.up_proj])
-            delta = _project(F.silu(gate) * up, mlp.down_proj, [mlp.down_proj])[0]
+            act = F.silu(gate) * up if small is None else small.silu_mul(gate, up)
+            delta = _project(act, mlp.down_proj, [mlp.down_proj])[0]
         return hidden if delta is None else hidden + delta
 
     def _add_norm(self, hidden: "torch.Tensor", delta: "torch.Tensor | None", norm: Any
                   ) -> tuple["torch.Tensor", "torch.Tensor"]:
         """``norm(hidden + delta)`` and ``hidden + delta`` (``hidden`` without ``delta``): one call
-        of arft's kernel where it runs (``DecodeKernel.rms_norm``), else the model's own norm."""
+        of arft's kernel where it runs (``CpuKernels.rms_norm``), else the model's own norm."""
         kernel = self.kernel
         if kernel is not None and kernel.fits(hidden) and (delta is None or kernel.fits(delta)):
             return kernel.rms_norm(hidden, norm.weight, norm.variance_epsilon, delta)
         hidden = hidden if delta is None else hidden + delta
         return _norm(hidden, norm), hidden
 
-    def _rotate(self, q: "torch.Tensor", k: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor") -> None:
+    def _rotate(self, kernel: "CpuKernels", q: "torch.Tensor", k: "torch.Tensor", cos: "torch.Tensor",
+                sin: "torch.Tensor") -> None:
         """Rotary embeddings of ``q`` and ``k`` ``[b, s, heads * head_dim]`` in place on arft's
         kernel: one call where k's heads follow q's in the rows of one product's output."""
-        kernel = self.kernel
-        assert kernel is not None
         step = q.element_size()
         if k.data_ptr() == q.data_ptr() + q.shape[-1] * step and k.stride() == q.stride():
             kernel.rope_(q.as_strided((*q.shape[:-1], q.shape[-1] + k.shape[-1]), q.stride()),

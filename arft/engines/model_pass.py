@@ -6,7 +6,7 @@
 - ``fused``: decode steps and prefills of a Llama-family model run ``arft.engines.fused_decode``
   instead of Hugging Face's forward (prefills without their padding: ``arft.engines.ragged``),
   and a decode step may share its pass with a prefill (``step_and_prefill``);
-- ``kernel``: arft's CPU kernels in the fused pass (``arft.engines.decode_kernel``, built on first
+- ``kernel``: arft's CPU kernels in the fused pass (``arft.models.cpu_kernels``, built on first
   use; AVX-512 CPUs): decode steps' attention over the rows' own columns, RMSNorm, rotary embeddings.
 
 Each is on where the device and the model allow it and the engine's switch (for comparisons)
@@ -19,7 +19,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from arft.engines import cascade, packed_linear
-from arft.engines.decode_kernel import load as load_kernel
+from arft.models.cpu_kernels import load as load_kernel
 from arft.engines.fused_decode import FusedDecoder, PassInputs
 from arft.engines.hf_model import forward_kwargs
 
@@ -32,13 +32,13 @@ class ModelPass:
     cache grows in place."""
 
     def __init__(self, model: Any, on_cpu: bool, cascade_attention: bool = True, packed_linears: bool = True,
-                 fused_decode: bool = True, decode_kernel: bool = True) -> None:
+                 fused_decode: bool = True, cpu_kernels: bool = True) -> None:
         self.model = model
         self.cache_kwarg, self.kwargs = forward_kwargs(model)
         self.cascade = cascade_attention and on_cpu and cascade.enable(model)
         self.packed = packed_linears and on_cpu and packed_linear.enable(model) > 0
         self._fuse = fused_decode and self.packed
-        self.kernel = load_kernel() if self._fuse and decode_kernel else None
+        self.kernel = load_kernel() if self._fuse and cpu_kernels else None
         """arft's CPU kernels for the fused pass (``None``: off, or they cannot run here)."""
         self.fused = FusedDecoder.of(model, self.kernel) if self._fuse else None
         self.mix = True

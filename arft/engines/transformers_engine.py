@@ -76,7 +76,7 @@ class TransformersEngine:
     prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the prefix store reused.
     ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False`` runs Hugging Face's sdpa
     as it is (``arft.engines.cascade``), ``fused_decode=False`` its forward for decode steps and
-    prefills (``fused_decode``; both for comparisons); ``packed_linears``, ``decode_kernel``: ``engine.*``."""
+    prefills (``fused_decode``; both for comparisons); ``packed_linears``, ``cpu_kernels``: ``engine.*``."""
 
     supports_constraints = True
 
@@ -87,7 +87,7 @@ class TransformersEngine:
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
                  device: str | None = None, prefix_cache_mb: float = 2048, cascade_attention: bool = True,
-                 packed_linears: bool = True, fused_decode: bool = True, decode_kernel: bool = True) -> None:
+                 packed_linears: bool = True, fused_decode: bool = True, cpu_kernels: bool = True) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 (got {max_batch_size}); set engine.max_batch_size")
         if prefix_cache_mb < 0:
@@ -106,7 +106,7 @@ class TransformersEngine:
         """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
         self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
         on_cpu = self.device.type == "cpu"
-        self._pass = ModelPass(model, on_cpu, cascade_attention, packed_linears, fused_decode, decode_kernel)
+        self._pass = ModelPass(model, on_cpu, cascade_attention, packed_linears, fused_decode, cpu_kernels)
         self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
         self._weights_lock = threading.Lock()

@@ -106,11 +106,16 @@ def passes() -> Iterator[None]:
         yield
 
 
+def in_passes() -> bool:
+    """Whether this thread is in one of the trainer's own passes (``passes``)."""
+    return bool(_PASSES)
+
+
 def _fused_forward(layer: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """The forward of a fused layer: one plain active adapter, in a pass autograd records or
     one of the trainer's (``passes``); anything else goes to peft (the engine sampling through the
     adapter keeps its packed products)."""
-    recorded = torch.is_grad_enabled() or bool(_PASSES)
+    recorded = torch.is_grad_enabled() or in_passes()
     name = peft_layers.plain_adapter(layer) if recorded and not args and not kwargs else None
     if name is None or not _frozen_and_one_dtype(layer, x, name):
         return type(layer).forward(layer, x, *args, **kwargs)

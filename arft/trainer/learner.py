@@ -75,7 +75,7 @@ class Learner:
         total = sum(mb.n_tokens for mb in mbs)
         if total == 0:
             return {"update/tokens": 0.0}
-        self.policy.train()
+        self._train_mode()
         old = [self._logprobs_no_grad(mb) for mb in mbs] if self.spec.updates_per_batch > 1 else None
         ref = [self._ref_logprobs(mb) for mb in mbs] if self.loss_cfg.kl_coef > 0 else None
         stats, norms = LossStats(), []
@@ -121,7 +121,7 @@ class Learner:
         total = sum(mb.n_tokens for mb in mbs)
         if total == 0:
             return {"sft/tokens": 0.0}
-        self.policy.train()
+        self._train_mode()
         nll = 0.0
         for mb in mbs:
             with self._autocast():
@@ -142,6 +142,15 @@ class Learner:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
+
+    def _train_mode(self) -> None:
+        """The policy in training mode, its RMSNorms fused (``training.cpu_kernels``): again at every
+        update, since a Hugging Face model's ``train()`` re-applies its hub kernels, which puts every
+        norm's own forward back."""
+        from arft.trainer import fused_norm
+
+        self.policy.train()
+        fused_norm.set_fused(self.policy, self.spec.cpu_kernels)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from arft.engines import decode_kernel, packed_linear
+from arft.engines import packed_linear
+from arft.models import cpu_kernels
 from arft.engines.cascade import MIN_SHARED
 from arft.engines.fused_decode import FusedDecoder, supported
 from arft.engines.kv_batch import growing_layer
@@ -72,8 +73,8 @@ ADAPTERS = [None, "all-linear", ["q_proj", "v_proj", "up_proj"]]
 Llama adapts q and v): the plain layers of a group get a zero block."""
 
 
-KERNELS = [None] + ([decode_kernel.load()] if decode_kernel.load() is not None else [])
-"""PyTorch's kernels, and arft's (``arft.engines.decode_kernel``) where it builds."""
+KERNELS = [None] + ([cpu_kernels.load()] if cpu_kernels.load() is not None else [])
+"""PyTorch's kernels, and arft's (``arft.models.cpu_kernels``) where it builds."""
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: "arft-kernel" if k else "torch")

@@ -24,7 +24,7 @@ def varied_model(tokenizer: Any, seed: int = 0) -> Any:
 
     The ``tiny_model`` fixture (tied embeddings, small init) mostly repeats the last prompt
     token, which would hide position or mask bugs; this one's output depends on the context. Its
-    heads are 32 wide, a size arft's decode-attention kernel runs (``arft.engines.decode_kernel``),
+    heads are 32 wide, a size arft's decode-attention kernel runs (``arft.models.cpu_kernels``),
     so the engine's tests run it where it builds.
     """
     from transformers import LlamaConfig, LlamaForCausalLM

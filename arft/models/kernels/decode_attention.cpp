@@ -1,5 +1,5 @@
 // A decode step's attention on the CPU: one query token per row, G query heads per key/value head,
-// against that row's own keys and values (arft.engines.decode_kernel builds and loads this file).
+// against that row's own keys and values (arft.models.cpu_kernels builds and loads this file).
 //
 // PyTorch's CPU flash-attention kernel runs a decode step as small matrix products of G (here 3)
 // query rows, which reads a row's keys and values at half the bandwidth this loop reaches. Here
@@ -13,9 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "vec.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
 #define ARFT_F32 1
@@ -31,25 +29,6 @@
 namespace {
 #if ARFT_F32
 constexpr int BLOCK = 16;
-
-inline __m512 exp_neg(__m512 x) {  // exp(x) for x <= 0 (Cephes' polynomial); 0 below -87
-    const __m512 lo = _mm512_set1_ps(-87.0f);
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    __m512 xc = _mm512_max_ps(x, lo);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(~tiny, p, _mm512_castsi512_ps(e));
-}
 
 inline __m512 reduce16(const __m512* a) {  // lane j: the sum of a[j]'s lanes
     __m512 x[8], u[4], w[2];
@@ -136,7 +115,7 @@ template <bool BF16, int G, int D> struct Head {
                 for (int c = 0; c < NACC; c++) acc[i][c] = _mm512_mul_ps(acc[i][c], _mm512_set1_ps(c0));
                 mx[i] = top;
             }
-            p[i] = exp_neg(_mm512_sub_ps(sc, _mm512_set1_ps(mx[i])));
+            p[i] = arft_exp(_mm512_sub_ps(sc, _mm512_set1_ps(mx[i])));
             sum[i] += _mm512_reduce_add_ps(p[i]);
         }
         return any;

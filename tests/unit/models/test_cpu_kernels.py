@@ -1,6 +1,8 @@
-"""arft's decode-attention kernel equals softmax attention (float32 and bfloat16, masks with holes,
-short blocks, strided caches, a prior part merged in), and cascade attention on it equals cascade
-attention on PyTorch's kernel; where it cannot be built it says why, and the engine keeps PyTorch's."""
+"""arft's CPU kernels: the decode-attention kernel equals softmax attention (float32 and bfloat16,
+masks with holes, short blocks, strided caches, a prior part merged in) and cascade attention on it
+equals cascade attention on PyTorch's kernel; RMSNorm, the rotary embedding and silu(gate) * up
+give Hugging Face's results; the engine samples the same tokens with them or without; where they
+cannot be built they say why, and the engine keeps PyTorch's."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ from typing import Any
 import pytest
 import torch
 
-from arft.engines import cascade, decode_kernel
-from arft.engines.decode_kernel import DecodeKernel
+from arft.engines import cascade
 from arft.engines.transformers_engine import TransformersEngine
+from arft.models import cpu_kernels
+from arft.models.cpu_kernels import CpuKernels
 
-KERNEL = decode_kernel.load()
-needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"decode kernel unavailable: {decode_kernel.unavailable()}")
+KERNEL = cpu_kernels.load()
+needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"arft CPU kernels unavailable: {cpu_kernels.unavailable()}")
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
 
@@ -116,6 +119,19 @@ def test_refuses_what_it_does_not_run() -> None:
         kernel.attend(q[..., :48].contiguous(), k[..., :48], v[..., :48], None, 0.125)
 
 
+def test_they_build_wherever_the_cpu_and_a_compiler_allow() -> None:
+    """The other tests skip where the kernels do not load; on an AVX-512 CPU with a C++ compiler a
+    failed build is a failure here, not a skip."""
+    import shutil
+
+    if cpu_kernels._cpu_reason() is not None or not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip(f"no AVX-512 or no compiler here: {cpu_kernels._cpu_reason()}")
+    assert KERNEL is not None, cpu_kernels.unavailable()
+    assert KERNEL.caps & cpu_kernels.FLOAT32
+    if "avx512_bf16" in cpu_kernels._cpu_flags():
+        assert KERNEL.caps & cpu_kernels.BFLOAT16 and KERNEL.small_ops
+
+
 def test_a_failed_build_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     failing = tmp_path / "cxx"
     failing.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo fake 1.0 && exit 0\n"
@@ -124,25 +140,25 @@ def test_a_failed_build_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("CXX", str(failing))
     monkeypatch.setenv("ARFT_KERNEL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(RuntimeError, match=r"failed \(exit 3\): no such flag; set CXX"):
-        decode_kernel._build()
+        cpu_kernels._build()
     assert not list((tmp_path / "cache").iterdir())  # nothing half-written left behind
 
 
 def test_a_cpu_without_avx512_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(decode_kernel, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
-    monkeypatch.setattr(decode_kernel.platform, "machine", lambda: "x86_64")
-    assert decode_kernel._cpu_reason() == "this CPU lacks avx512f, avx512bw, avx512dq (it needs AVX-512)"
-    monkeypatch.setattr(decode_kernel.platform, "machine", lambda: "arm64")
-    assert "x86-64" in str(decode_kernel._cpu_reason())
+    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "x86_64")
+    assert cpu_kernels._cpu_reason() == "this CPU lacks avx512f, avx512bw, avx512dq (it needs AVX-512)"
+    monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "arm64")
+    assert "x86-64" in str(cpu_kernels._cpu_reason())
 
 
 @needs_kernel
 def test_the_build_is_cached_per_source_and_reused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ARFT_KERNEL_CACHE", str(tmp_path))
-    first = decode_kernel._build()
+    first = cpu_kernels._build()
     mtime = first.stat().st_mtime_ns
-    assert decode_kernel._build() == first and first.stat().st_mtime_ns == mtime
-    assert DecodeKernel(ctypes.CDLL(str(first))).caps == KERNEL.caps  # type: ignore[union-attr]
+    assert cpu_kernels._build() == first and first.stat().st_mtime_ns == mtime
+    assert CpuKernels(ctypes.CDLL(str(first))).caps == KERNEL.caps  # type: ignore[union-attr]
 
 
 @needs_kernel
@@ -155,7 +171,7 @@ async def test_the_engine_samples_the_same_tokens_with_it_or_without(tokenizer: 
     torch.set_num_threads(1)
     model = varied_model(tokenizer, seed=4)
     on = TransformersEngine(model, tokenizer, max_batch_size=4)
-    off = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, decode_kernel=False)
+    off = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, cpu_kernels=False)
     assert on._pass.fused is not None and on._pass.fused.kernel is KERNEL
     assert off._pass.fused is not None and off._pass.fused.kernel is None
     system = list(range(300, 300 + cascade.MIN_SHARED + 8))
@@ -219,8 +235,29 @@ def test_rope_is_hugging_faces(dtype: torch.dtype) -> None:
 
 def test_rows_of_tells_evenly_strided_rows() -> None:
     x = torch.zeros(4, 3, 10)
-    assert decode_kernel.rows_of(x) == 10
-    assert decode_kernel.rows_of(x[..., :6]) == 10  # a leading slice of each row: rows 10 apart
-    assert decode_kernel.rows_of(x[:, :2]) is None  # rows 10 apart within a block, 30 between blocks
-    assert decode_kernel.rows_of(x[:, :1]) == 30
-    assert decode_kernel.rows_of(x.transpose(-1, -2)) is None
+    assert cpu_kernels.rows_of(x) == 10
+    assert cpu_kernels.rows_of(x[..., :6]) == 10  # a leading slice of each row: rows 10 apart
+    assert cpu_kernels.rows_of(x[:, :2]) is None  # rows 10 apart within a block, 30 between blocks
+    assert cpu_kernels.rows_of(x[:, :1]) == 30
+    assert cpu_kernels.rows_of(x.transpose(-1, -2)) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_is_pytorchs(dtype: torch.dtype) -> None:
+    """``F.silu(gate) * up`` from the two halves of one product's rows (and from separate
+    tensors): within an ulp of PyTorch's silu (its exp is arft's polynomial), through extremes."""
+    import torch.nn.functional as F
+
+    kernel = KERNEL
+    assert kernel is not None
+    gen = torch.Generator().manual_seed(4)
+    gu = (4 * torch.randn(2, 5, 2 * 48, generator=gen)).to(dtype)
+    gu[0, 0, :6] = torch.tensor([-100.0, 100.0, 0.0, -88.0, 89.0, -1e-3]).to(dtype)
+    gate, up = gu[..., :48], gu[..., 48:]
+    want = F.silu(gate) * up
+    for got in (kernel.silu_mul(gate, up), kernel.silu_mul(gate.contiguous(), up.contiguous())):
+        assert got.shape == want.shape and got.is_contiguous() and got.dtype == dtype
+        assert torch.allclose(got.float(), want.float(), rtol=8e-3 if dtype == torch.bfloat16 else 1e-6, atol=0)
+    with pytest.raises(ValueError, match="one shape and dtype"):
+        kernel.silu_mul(gate, up[..., :40])

@@ -1,27 +1,30 @@
-"""arft's decode-attention kernel (``kernels/decode_attention.cpp``), built on first use.
+"""arft's CPU kernels (``kernels/*.cpp``), built on first use: a decode step's attention, and the
+small steps around its products.
 
 A decode step's attention on the CPU is its rows' queries (one token each, ``G`` query heads per
 key/value head) against each row's own keys and values. PyTorch's CPU flash-attention kernel runs
 that as matrix products of ``G`` rows, and reads the keys and values at about half the bandwidth
 a plain streaming loop reaches: on a 2-core AMX Xeon it was ~45 % of the embedded model's decode
-step. The kernel streams each row's keys and values once (16 columns a block, online softmax in
-float32, blocks of masked columns skipped), starts from the shared prefix's part (read once for
-all rows by PyTorch's kernel, ``arft.engines.cascade``) and writes the merged output.
+step. ``decode_attention.cpp`` streams each row's keys and values once (16 columns a block,
+online softmax in float32, blocks of masked columns skipped), starts from the shared prefix's
+part (read once for all rows by PyTorch's kernel, ``arft.engines.cascade``) and writes the
+merged output (``CpuKernels.attend``).
 
-It is C++ with AVX-512 intrinsics (bfloat16 products on AVX512-BF16), compiled once per machine
-with the system's C++ compiler (``$CXX``, else ``c++``/``g++``; ``-march=native -fopenmp``) into
-``~/.cache/arft/kernels`` (``$ARFT_KERNEL_CACHE``), keyed by the source, the compiler and the CPU,
-and loaded with ``ctypes``. Its OpenMP parallel loop runs on the calling thread's pool of the
-OpenMP runtime torch already loaded (the same ``libgomp.so.1``), so it adds no threads.
+``small_ops.cpp`` holds the small steps around a step's products: Llama's RMSNorm after the
+residual add it follows, the rotary embedding of queries and keys in place, and the MLP's
+``silu(gate) * up`` (``rms_norm``, ``rope_``, ``silu_mul``), each one call where PyTorch
+dispatches 2-10 operations, with Hugging Face's results (bit for bit in bfloat16 for the norm
+and the rotation).
 
-The same library holds the small steps around a decode step's products (``norm_rope.cpp``):
-Llama's RMSNorm, after the residual add it follows, and the rotary embedding of queries and keys
-in place, each one call where PyTorch dispatches 5-10 operations, with Hugging Face's results
-(bit for bit in bfloat16).
+They are C++ with AVX-512 intrinsics (bfloat16 products on AVX512-BF16), compiled once per
+machine with the system's C++ compiler (``$CXX``, else ``c++``/``g++``; ``-march=native
+-fopenmp``) into ``~/.cache/arft/kernels`` (``$ARFT_KERNEL_CACHE``), keyed by the sources, the
+compiler and the CPU, and loaded with ``ctypes``. Their OpenMP loops run on the calling thread's
+pool of the OpenMP runtime torch already loaded (the same ``libgomp.so.1``): no threads added.
 
-``load()`` gives the kernel, or ``None`` where it cannot run here (no x86-64 CPU with AVX-512,
-no compiler, a failed build: ``unavailable()`` says why, and the engine keeps PyTorch's kernel);
-``DecodeKernel.attend`` runs it. torch is imported lazily.
+``load()`` gives them, or ``None`` where they cannot run here (no x86-64 CPU with AVX-512, no
+compiler, a failed build: ``unavailable()`` says why, and the engine keeps PyTorch's). They sit
+in ``arft.models`` so that the engine and the trainer can both use them. torch is imported lazily.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
-SOURCES = (KERNELS / "decode_attention.cpp", KERNELS / "norm_rope.cpp")
+SOURCES = (KERNELS / "decode_attention.cpp", KERNELS / "small_ops.cpp")
+HEADERS = (KERNELS / "vec.h",)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 """``-ffp-contract=off``: no multiply-add fused where PyTorch rounds the product first."""
 GROUPS = range(1, 9)
@@ -57,19 +61,23 @@ _ARGS = ([_PTR, _I64, _I64, _I64] * 3 + [_PTR, _I64, _PTR, _I64, _I64, _I64, _PT
          + [_I64] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int])
 
 
-class DecodeKernel:
-    """The loaded kernel: ``attend`` where ``supports``."""
+class CpuKernels:
+    """The loaded kernels: ``attend`` where ``supports``; ``rms_norm``, ``rope_``, ``silu_mul``
+    where ``small_ops``."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self._run = lib.arft_decode_attention
         self._run.argtypes, self._run.restype = _ARGS, ctypes.c_int
         self.caps = int(lib.arft_decode_attention_caps())
-        self._norm, self._rope = lib.arft_rms_norm, lib.arft_rope
-        self._norm.argtypes = [_PTR, _I64] * 3 + [_PTR, _PTR] + [_I64] * 3 + [ctypes.c_float] + [ctypes.c_int] * 2
+        self._norm, self._rope, self._silu = lib.arft_rms_norm, lib.arft_rope, lib.arft_silu_mul
+        self._norm.argtypes = [_PTR, _I64] * 3 + [_PTR, _PTR] + [_I64] * 3 + [ctypes.c_float, _PTR] + [ctypes.c_int] * 2
+        self._norm_back = lib.arft_rms_norm_backward
+        self._norm_back.argtypes, self._norm_back.restype = [_PTR] * 5 + [_I64] * 2 + [ctypes.c_int] * 2, ctypes.c_int
         self._rope.argtypes = [_PTR] + [_I64] * 3 + [_PTR, _PTR] + [_I64] * 2 + [ctypes.c_int, ctypes.c_int]
-        self._norm.restype = self._rope.restype = ctypes.c_int
-        self.small_ops = bool(lib.arft_norm_rope_caps())
-        """Whether ``rms_norm`` and ``rope_`` run here (AVX-512 with BF16)."""
+        self._silu.argtypes = [_PTR, _I64] * 2 + [_PTR] + [_I64] * 2 + [ctypes.c_int, ctypes.c_int]
+        self._norm.restype = self._rope.restype = self._silu.restype = ctypes.c_int
+        self.small_ops = bool(lib.arft_small_ops_caps())
+        """Whether ``rms_norm``, ``rope_`` and ``silu_mul`` run here (AVX-512 with BF16)."""
 
     def supports(self, dtype: "torch.dtype", group: int, head_dim: int) -> bool:
         """Whether it runs queries of ``dtype`` with ``group`` query heads per key/value head."""
@@ -91,11 +99,11 @@ class DecodeKernel:
         b, h, g, d = q.shape
         tensors = [q, key, value] + ([] if mask is None else [mask]) + ([] if prior is None else [prior[0]])
         if any(x.stride(-1) != 1 or x.dtype != q.dtype for x in tensors) or key.shape[:2] != (b, h):
-            raise ValueError("decode kernel: q, keys, values, mask and prior need one dtype and a contiguous "
+            raise ValueError("arft CPU kernels: q, keys, values, mask and prior need one dtype and a contiguous "
                              f"last dimension (got {[(x.dtype, x.stride()) for x in tensors]})")
         out = torch.empty((b, h, g, d), dtype=q.dtype)
         if prior is not None and prior[1].dtype != torch.float32:
-            raise ValueError(f"decode kernel: the prior log-sum-exp must be float32 (got {prior[1].dtype})")
+            raise ValueError(f"arft CPU kernels: the prior log-sum-exp must be float32 (got {prior[1].dtype})")
         m = (None, 0) if mask is None else (mask.data_ptr(), mask.stride(0))
         p = (None, 0, 0, 0, None, 0, 0, 0) if prior is None else (
             prior[0].data_ptr(), *prior[0].stride()[:3], prior[1].data_ptr(), *prior[1].stride())
@@ -103,17 +111,18 @@ class DecodeKernel:
                        *value.stride()[:3], *m, *p, out.data_ptr(), None, b, h, g, key.shape[2], d, scale,
                        int(q.dtype == torch.bfloat16), torch.get_num_threads())
         if rc:
-            raise ValueError(f"decode kernel: {q.dtype} with {g} query heads of {d} per key/value head is not "
-                             "built here; check DecodeKernel.supports first")
+            raise ValueError(f"arft CPU kernels: {q.dtype} with {g} query heads of {d} per key/value head is not "
+                             "built here; check CpuKernels.supports first")
         return out
 
 
-    def rms_norm(self, x: "torch.Tensor", weight: "torch.Tensor", eps: float, delta: "torch.Tensor | None" = None
-                 ) -> tuple["torch.Tensor", "torch.Tensor"]:
+    def rms_norm(self, x: "torch.Tensor", weight: "torch.Tensor", eps: float, delta: "torch.Tensor | None" = None,
+                 rstd: "torch.Tensor | None" = None) -> tuple["torch.Tensor", "torch.Tensor"]:
         """Llama's RMSNorm of ``x + delta`` (``delta``: the residual add it follows; ``x`` alone
         without it) with ``weight``, as Hugging Face's ``LlamaRMSNorm`` computes it: the normed
-        rows and ``x + delta`` (``x`` itself without ``delta``). Rows of ``x`` ``[..., dim]``
-        contiguous, where ``small_ops`` and ``fits``."""
+        rows and ``x + delta`` (``x`` itself without ``delta``); ``rstd`` (float32, one a row)
+        gets each row's ``rsqrt(mean(x²) + eps)``. Rows of ``x`` ``[..., dim]`` contiguous, where
+        ``small_ops`` and ``fits``."""
         import torch
 
         dim = x.shape[-1]
@@ -122,10 +131,25 @@ class DecodeKernel:
         hidden = x if delta is None else torch.empty_like(x)
         rc = self._norm(x.data_ptr(), dim, None if delta is None else delta.data_ptr(), dim,
                         None if delta is None else hidden.data_ptr(), dim, weight.data_ptr(), out.data_ptr(), dim,
-                        rows, dim, eps, int(x.dtype == torch.bfloat16), torch.get_num_threads())
+                        rows, dim, eps, None if rstd is None else rstd.data_ptr(), int(x.dtype == torch.bfloat16),
+                        torch.get_num_threads())
         if rc:
-            raise ValueError(f"decode kernel: no RMSNorm of {dim} values a row here; check DecodeKernel.fits first")
+            raise ValueError(f"arft CPU kernels: no RMSNorm of {dim} values a row here; check CpuKernels.fits first")
         return out, hidden
+
+    def rms_norm_backward(self, grad: "torch.Tensor", x: "torch.Tensor", weight: "torch.Tensor",
+                          rstd: "torch.Tensor") -> "torch.Tensor":
+        """The gradient with respect to ``x`` of ``rms_norm`` without ``delta`` (``rstd`` from its
+        forward): ``r (w ∂y) - x r³ mean(w ∂y x)``, computed in float32 and rounded once; ``grad``,
+        ``x`` and ``weight`` of ``x``'s dtype, ``grad`` and ``x`` contiguous ``[..., dim]``."""
+        import torch
+
+        dim = x.shape[-1]
+        out = torch.empty_like(x)
+        if self._norm_back(grad.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), out.data_ptr(),
+                           x.numel() // dim, dim, int(x.dtype == torch.bfloat16), torch.get_num_threads()):
+            raise ValueError(f"arft CPU kernels: no RMSNorm backward of {dim} values a row here")
+        return out
 
     def rope_(self, x: "torch.Tensor", heads: int, head_dim: int, cos: "torch.Tensor", sin: "torch.Tensor") -> None:
         """Rotate the first ``heads`` heads of each row of ``x`` ``[..., >= heads * head_dim]`` in
@@ -135,11 +159,27 @@ class DecodeKernel:
 
         stride = rows_of(x)
         if stride is None or rows_of(cos) != head_dim or rows_of(sin) != head_dim:
-            raise ValueError("decode kernel: rope_ needs evenly strided rows and contiguous cos/sin")
+            raise ValueError("arft CPU kernels: rope_ needs evenly strided rows and contiguous cos/sin")
         rc = self._rope(x.data_ptr(), stride, heads, head_dim, cos.data_ptr(), sin.data_ptr(), head_dim,
                         x.numel() // x.shape[-1], int(x.dtype == torch.bfloat16), torch.get_num_threads())
         if rc:
-            raise ValueError(f"decode kernel: no rotary embedding of heads of {head_dim} here")
+            raise ValueError(f"arft CPU kernels: no rotary embedding of heads of {head_dim} here")
+
+    def silu_mul(self, gate: "torch.Tensor", up: "torch.Tensor") -> "torch.Tensor":
+        """``F.silu(gate) * up`` (contiguous, ``gate``'s shape) for ``gate``/``up`` ``[..., n]`` with
+        evenly strided rows (``rows_of``; e.g. the two halves of one product's output), where
+        ``small_ops``."""
+        import torch
+
+        g_row, u_row = rows_of(gate), rows_of(up)
+        if g_row is None or u_row is None or gate.shape != up.shape or gate.dtype != up.dtype:
+            raise ValueError("arft CPU kernels: silu_mul needs gate and up of one shape and dtype, rows evenly strided")
+        out = torch.empty(gate.shape, dtype=gate.dtype)
+        rc = self._silu(gate.data_ptr(), g_row, up.data_ptr(), u_row, out.data_ptr(), gate.numel() // gate.shape[-1],
+                        gate.shape[-1], int(gate.dtype == torch.bfloat16), torch.get_num_threads())
+        if rc:
+            raise ValueError("arft CPU kernels: no silu_mul here; check CpuKernels.small_ops first")
+        return out
 
     def fits(self, x: "torch.Tensor") -> bool:
         """Whether ``rms_norm``/``rope_`` take ``x``: on the CPU, a dtype the build runs, contiguous
@@ -166,23 +206,23 @@ def rows_of(x: "torch.Tensor") -> int | None:
 
 
 @functools.cache
-def load() -> DecodeKernel | None:
+def load() -> CpuKernels | None:
     """The kernel, built and loaded once a process; ``None`` where it cannot run (``unavailable``)."""
     import torch  # noqa: F401  (its OpenMP runtime loads first; the kernel's libgomp.so.1 is that one)
 
     reason = _cpu_reason()
     if reason is None:
         try:
-            kernel = DecodeKernel(ctypes.CDLL(str(_build())))
+            kernel = CpuKernels(ctypes.CDLL(str(_build())))
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             reason = f"{exc}"
         else:
             if kernel.caps:
-                log.info("decode attention: arft's kernel (%s)", ", ".join(x.name for x in SOURCES))
+                log.info("arft's CPU kernels loaded (%s)", ", ".join(x.name for x in SOURCES))
                 return kernel
             reason = "built without AVX-512 (the compiler's -march=native found none)"
     _REASONS.append(reason)
-    log.warning("decode attention runs PyTorch's kernel: %s", reason)
+    log.warning("arft's CPU kernels are off, PyTorch's operations run instead: %s", reason)
     return None
 
 
@@ -228,7 +268,7 @@ def _build() -> Path:
     atomic rename, so concurrent processes never load a half-written file)."""
     cxx = _compiler()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-    sources = [x.read_bytes() for x in SOURCES]
+    sources = [x.read_bytes() for x in SOURCES + HEADERS]
     key = hashlib.sha256(b"\0".join([*sources, " ".join(FLAGS).encode(), cxx.encode(), version.encode(),
                                      " ".join(sorted(_cpu_flags())).encode()])).hexdigest()[:16]
     cache = Path(os.environ.get("ARFT_KERNEL_CACHE", "~/.cache/arft/kernels")).expanduser()
