@@ -182,9 +182,10 @@ class FusedDecoder:
                   ) -> tuple["torch.Tensor", "torch.Tensor"]:
         """``norm(hidden + delta)`` and ``hidden + delta`` (``hidden`` without ``delta``): one call
         of arft's kernel where it runs (``CpuKernels.rms_norm``), else the model's own norm."""
-        kernel = self.kernel
-        if kernel is not None and kernel.fits(hidden) and (delta is None or kernel.fits(delta)):
-            return kernel.rms_norm(hidden, norm.weight, norm.variance_epsilon, delta)
+        kernel, weight = self.kernel, norm.weight
+        if (kernel is not None and kernel.fits(hidden) and (delta is None or kernel.fits(delta))
+                and weight.dtype == hidden.dtype and weight.shape == hidden.shape[-1:]):
+            return kernel.rms_norm(hidden, weight, norm.variance_epsilon, delta)
         hidden = hidden if delta is None else hidden + delta
         return _norm(hidden, norm), hidden
 

@@ -77,7 +77,7 @@ class CpuKernels:
         self._silu.argtypes = [_PTR, _I64] * 2 + [_PTR] + [_I64] * 2 + [ctypes.c_int, ctypes.c_int]
         self._norm.restype = self._rope.restype = self._silu.restype = ctypes.c_int
         self.small_ops = bool(lib.arft_small_ops_caps())
-        """Whether ``rms_norm``, ``rope_`` and ``silu_mul`` run here (AVX-512 with BF16)."""
+        """Whether ``rms_norm``, ``rope_`` and ``silu_mul`` run here (AVX-512)."""
 
     def supports(self, dtype: "torch.dtype", group: int, head_dim: int) -> bool:
         """Whether it runs queries of ``dtype`` with ``group`` query heads per key/value head."""
@@ -97,13 +97,21 @@ class CpuKernels:
         import torch
 
         b, h, g, d = q.shape
+        t = key.shape[2]
         tensors = [q, key, value] + ([] if mask is None else [mask]) + ([] if prior is None else [prior[0]])
-        if any(x.stride(-1) != 1 or x.dtype != q.dtype for x in tensors) or key.shape[:2] != (b, h):
-            raise ValueError("arft CPU kernels: q, keys, values, mask and prior need one dtype and a contiguous "
-                             f"last dimension (got {[(x.dtype, x.stride()) for x in tensors]})")
+        if any(x.stride(-1) != 1 or x.dtype != q.dtype or x.device.type != "cpu" for x in tensors):
+            raise ValueError("arft CPU kernels: q, keys, values, mask and prior need one dtype, the CPU and a "
+                             f"contiguous last dimension (got {[(x.dtype, x.stride()) for x in tensors]})")
+        shapes = [(key.shape, (b, h, t, d)), (value.shape, (b, h, t, d))] + (
+            [] if mask is None else [(mask.shape, (b, t))]) + (
+            [] if prior is None else [(prior[0].shape, (b, h, g, d)), (prior[1].shape, (b, h, g))])
+        if any(tuple(got) != want for got, want in shapes) or (prior is not None and prior[1].dtype != torch.float32):
+            raise ValueError(f"arft CPU kernels: attend got shapes {[tuple(x) for x, _ in shapes]}, wants "
+                             f"{[w for _, w in shapes]} (the prior's log-sum-exp in float32)")
+        if not self.supports(q.dtype, g, d):
+            raise ValueError(f"arft CPU kernels: {q.dtype} with {g} query heads of {d} per key/value head is not "
+                             "built here; check CpuKernels.supports first")
         out = torch.empty((b, h, g, d), dtype=q.dtype)
-        if prior is not None and prior[1].dtype != torch.float32:
-            raise ValueError(f"arft CPU kernels: the prior log-sum-exp must be float32 (got {prior[1].dtype})")
         m = (None, 0) if mask is None else (mask.data_ptr(), mask.stride(0))
         p = (None, 0, 0, 0, None, 0, 0, 0) if prior is None else (
             prior[0].data_ptr(), *prior[0].stride()[:3], prior[1].data_ptr(), *prior[1].stride())
@@ -127,6 +135,10 @@ class CpuKernels:
 
         dim = x.shape[-1]
         rows = x.numel() // dim
+        if (weight.dtype != x.dtype or weight.numel() != dim or not weight.is_contiguous()
+                or (delta is not None and (delta.shape != x.shape or delta.dtype != x.dtype))):
+            raise ValueError("arft CPU kernels: rms_norm needs a weight of x's dtype and width (and a delta like x); "
+                             "check CpuKernels.fits first")
         out = torch.empty_like(x)
         hidden = x if delta is None else torch.empty_like(x)
         rc = self._norm(x.data_ptr(), dim, None if delta is None else delta.data_ptr(), dim,
@@ -157,11 +169,14 @@ class CpuKernels:
         ``apply_rotary_pos_emb`` does; rows evenly strided (``rows_of``), where ``small_ops``."""
         import torch
 
-        stride = rows_of(x)
-        if stride is None or rows_of(cos) != head_dim or rows_of(sin) != head_dim:
-            raise ValueError("arft CPU kernels: rope_ needs evenly strided rows and contiguous cos/sin")
-        rc = self._rope(x.data_ptr(), stride, heads, head_dim, cos.data_ptr(), sin.data_ptr(), head_dim,
-                        x.numel() // x.shape[-1], int(x.dtype == torch.bfloat16), torch.get_num_threads())
+        stride, rows = rows_of(x), x.numel() // x.shape[-1]
+        if (stride is None or rows_of(cos) != head_dim or rows_of(sin) != head_dim or heads * head_dim > x.shape[-1]
+                or cos.numel() != rows * head_dim or sin.numel() != rows * head_dim
+                or not cos.dtype == sin.dtype == x.dtype):
+            raise ValueError("arft CPU kernels: rope_ needs evenly strided rows of at least heads * head_dim, and "
+                             "contiguous cos/sin of x's dtype with one row per row of x")
+        rc = self._rope(x.data_ptr(), stride, heads, head_dim, cos.data_ptr(), sin.data_ptr(), head_dim, rows,
+                        int(x.dtype == torch.bfloat16), torch.get_num_threads())
         if rc:
             raise ValueError(f"arft CPU kernels: no rotary embedding of heads of {head_dim} here")
 
@@ -217,10 +232,15 @@ def load() -> CpuKernels | None:
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             reason = f"{exc}"
         else:
-            if kernel.caps:
+            runtimes = _openmp_runtimes()
+            if not kernel.caps:
+                reason = "built without AVX-512 (the compiler's -march=native found none)"
+            elif len(runtimes) > 1:  # torch with its own renamed libgomp (older wheels): two thread pools
+                reason = (f"they would bring a second OpenMP runtime beside torch's ({', '.join(runtimes)}); "
+                          "install torch>=2.7, whose libgomp.so.1 they share")
+            else:
                 log.info("arft's CPU kernels loaded (%s)", ", ".join(x.name for x in SOURCES))
                 return kernel
-            reason = "built without AVX-512 (the compiler's -march=native found none)"
     _REASONS.append(reason)
     log.warning("arft's CPU kernels are off, PyTorch's operations run instead: %s", reason)
     return None
@@ -232,6 +252,16 @@ _REASONS: list[str] = []
 def unavailable() -> str | None:
     """Why ``load()`` gave ``None`` (``None`` while it has not been tried or when it loaded)."""
     return _REASONS[-1] if _REASONS else None
+
+
+def _openmp_runtimes() -> list[str]:
+    """The OpenMP runtime libraries this process has mapped (Linux; empty elsewhere)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    names = {line.split()[-1] for line in maps.splitlines() if "/" in line}
+    return sorted(n for n in names if Path(n).name.startswith(("libgomp", "libiomp", "libomp")))
 
 
 def _cpu_reason() -> str | None:

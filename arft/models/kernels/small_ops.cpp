@@ -10,8 +10,23 @@
 #include <string.h>
 #include "vec.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512BF16__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
 namespace {
+// float32 to bfloat16, round to nearest even (NaN stays NaN), 16 at a time: vcvtneps2bf16 where
+// the CPU has AVX512-BF16, the same rounding in integer operations where it does not.
+inline __m256i to_bf16(__m512 x) {
+#if defined(__AVX512BF16__)
+    return (__m256i)_mm512_cvtneps_pbh(x);
+#else
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));  // quiet NaN
+    return _mm512_cvtepi32_epi16(r);
+#endif
+}
+
 // bfloat16 or float32 values as float32, 16 at a time (n < 16: the first n, the rest 0).
 template <bool BF16> inline __m512 load(const void* p, int n = 16) {
     __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
@@ -26,7 +41,7 @@ template <bool BF16> inline __m512 load(const void* p, int n = 16) {
 template <bool BF16> inline void store(void* p, __m512 x, int n = 16) {
     __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
     if constexpr (BF16) {
-        _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(x));
+        _mm256_mask_storeu_epi16(p, m, to_bf16(x));
     } else {
         _mm512_mask_storeu_ps(p, m, x);
     }
@@ -35,7 +50,7 @@ template <bool BF16> inline void store(void* p, __m512 x, int n = 16) {
 // x rounded to the dtype (bfloat16: round to nearest even), as float32.
 template <bool BF16> inline __m512 round(__m512 x) {
     if constexpr (BF16) {
-        __m256i b = (__m256i)_mm512_cvtneps_pbh(x);
+        __m256i b = to_bf16(x);
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
     } else {
         return x;
@@ -155,7 +170,7 @@ void silu_mul(const void* gate, int64_t g_s, const void* up, int64_t u_s, void* 
 #define ARFT_OPS 0
 #endif
 
-// 1: built (AVX-512 with BF16), 0: not.
+// 1: built (AVX-512), 0: not.
 extern "C" int arft_small_ops_caps() { return ARFT_OPS; }
 
 // rows of x [rows, dim] (row stride x_s; delta, hidden, out alike) in bfloat16 (bf16 = 1) or

@@ -4,7 +4,8 @@
 #include <immintrin.h>
 #include <math.h>
 
-// exp(x), 16 lanes (Cephes' polynomial, within an ulp or two of libm): 0 below -87.3, inf above 88.7.
+// exp(x), 16 lanes (Cephes' polynomial, within an ulp or two of libm): 0 below -87.3, inf above 88.7,
+// NaN for NaN.
 static inline __m512 arft_exp(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.33654f), hi = _mm512_set1_ps(88.72283f);
     __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), over = _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ);
@@ -22,6 +23,7 @@ static inline __m512 arft_exp(__m512 x) {
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     __m512 y = _mm512_maskz_mul_ps(~under, p, _mm512_castsi512_ps(e));
-    return _mm512_mask_blend_ps(over, y, _mm512_set1_ps(INFINITY));
+    y = _mm512_mask_blend_ps(over, y, _mm512_set1_ps(INFINITY));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);  // NaN stays NaN
 }
 #endif

@@ -117,6 +117,19 @@ def test_refuses_what_it_does_not_run() -> None:
         kernel.attend(q, k.transpose(-1, -2).contiguous().transpose(-1, -2), v, None, 0.125)
     with pytest.raises(ValueError, match="not built here"):
         kernel.attend(q[..., :48].contiguous(), k[..., :48], v[..., :48], None, 0.125)
+    with pytest.raises(ValueError, match="attend got shapes"):  # a mask of one row for two
+        kernel.attend(q, k, v, torch.zeros(1, 10), 0.125)
+    with pytest.raises(ValueError, match="one row per row of x"):  # cos/sin of one row for two
+        kernel.rope_(torch.zeros(2, 3, 64), 1, 64, torch.zeros(1, 3, 64), torch.zeros(1, 3, 64))
+    with pytest.raises(ValueError, match="weight of x's dtype"):
+        kernel.rms_norm(torch.zeros(2, 64), torch.ones(64, dtype=torch.bfloat16), 1e-5)
+
+
+@needs_kernel
+def test_they_share_torchs_openmp_runtime() -> None:
+    """Loaded beside torch, the kernels' libgomp.so.1 is torch's: one runtime, one pool a thread."""
+    runtimes = cpu_kernels._openmp_runtimes()
+    assert len(runtimes) == 1, runtimes
 
 
 def test_they_build_wherever_the_cpu_and_a_compiler_allow() -> None:
@@ -127,9 +140,32 @@ def test_they_build_wherever_the_cpu_and_a_compiler_allow() -> None:
     if cpu_kernels._cpu_reason() is not None or not (shutil.which("c++") or shutil.which("g++")):
         pytest.skip(f"no AVX-512 or no compiler here: {cpu_kernels._cpu_reason()}")
     assert KERNEL is not None, cpu_kernels.unavailable()
-    assert KERNEL.caps & cpu_kernels.FLOAT32
+    assert KERNEL.caps & cpu_kernels.FLOAT32 and KERNEL.small_ops
     if "avx512_bf16" in cpu_kernels._cpu_flags():
-        assert KERNEL.caps & cpu_kernels.BFLOAT16 and KERNEL.small_ops
+        assert KERNEL.caps & cpu_kernels.BFLOAT16
+
+
+def test_without_avx512_bf16_the_small_ops_round_alike(tmp_path: Path) -> None:
+    """Built for an AVX-512 CPU without AVX512-BF16 (as Ice Lake servers are), the small ops round
+    to bfloat16 in integer operations, bit for bit as ``vcvtneps2bf16`` does; the attention kernel
+    then runs float32 only."""
+    import subprocess
+
+    if KERNEL is None or not KERNEL.caps & cpu_kernels.BFLOAT16:
+        pytest.skip("needs a CPU with AVX512-BF16 to compare against")
+    lib = tmp_path / "nobf16.so"
+    subprocess.run([cpu_kernels._compiler(), *cpu_kernels.FLAGS, "-mno-avx512bf16", "-o", str(lib),
+                    *map(str, cpu_kernels.SOURCES)], check=True, capture_output=True, timeout=300)
+    other = CpuKernels(ctypes.CDLL(str(lib)))
+    assert other.caps == cpu_kernels.FLOAT32 and other.small_ops
+    gen = torch.Generator().manual_seed(5)
+    x, delta = ((3 * torch.randn(8, 96, generator=gen)).to(torch.bfloat16) for _ in range(2))
+    weight = torch.randn(96, generator=gen).to(torch.bfloat16)
+    x[0, :2] = float("nan")
+    for a, b in zip(KERNEL.rms_norm(x, weight, 1e-5, delta), other.rms_norm(x, weight, 1e-5, delta)):
+        assert torch.equal(a[1:], b[1:]) and torch.equal(a[0].isnan(), b[0].isnan()) and a[0].isnan().any()
+    gate, up = x[1:], delta[1:]
+    assert torch.equal(KERNEL.silu_mul(gate, up), other.silu_mul(gate, up))
 
 
 def test_a_failed_build_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
