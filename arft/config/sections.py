@@ -47,8 +47,9 @@ class EngineSpec(Spec):
     built on first use with the system's C++ compiler, ``$CXX`` or ``c++``, into
     ``~/.cache/arft/kernels``) run decode steps' attention over the rows' keys and values (~2x
     PyTorch's flash kernel there), and RMSNorm, the rotary embedding and ``silu(gate) * up`` in
-    one call each (Hugging Face's results). Where they cannot run (no AVX-512, no compiler) the
-    engine logs why and keeps PyTorch's. false: PyTorch's (for comparisons)."""
+    one call each (Hugging Face's results); on AVX2 CPUs without AVX-512, float32 attention only.
+    Where they cannot run (neither, no compiler) the engine logs why and keeps PyTorch's. false:
+    PyTorch's (for comparisons)."""
     lora: Literal["auto", "merged", "adapter"] = "auto"
     """transformers engine, LoRA training: how rollouts apply the adapter. ``adapter``: the engine
     samples from the policy itself (in its fused pass on the CPU, the adapters' products packed

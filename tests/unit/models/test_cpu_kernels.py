@@ -22,7 +22,15 @@ from arft.models.cpu_kernels import CpuKernels
 
 KERNEL = cpu_kernels.load()
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"arft CPU kernels unavailable: {cpu_kernels.unavailable()}")
+needs_small_ops = pytest.mark.skipif(KERNEL is None or not KERNEL.small_ops,
+                                     reason="arft's small CPU ops need AVX-512 (AVX2 builds run attention only)")
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
+
+
+def runs(dtype: torch.dtype, g: int = 3, d: int = 64) -> None:
+    """Skip where this build does not run ``dtype`` (bfloat16 needs AVX512-BF16)."""
+    if KERNEL is None or not KERNEL.supports(dtype, g, d):
+        pytest.skip(f"{dtype} attention not built for this CPU")
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -58,7 +66,8 @@ def inputs(b: int, h: int, g: int, d: int, t: int, dtype: torch.dtype, seed: int
 @pytest.mark.parametrize(("g", "d"), [(3, 64), (1, 32), (4, 128)])
 @pytest.mark.parametrize("t", [1, 7, 16, 17, 50])
 def test_equals_softmax_attention(dtype: torch.dtype, g: int, d: int, t: int) -> None:
-    assert KERNEL is not None and KERNEL.supports(dtype, g, d)
+    runs(dtype, g, d)
+    assert KERNEL is not None
     q, k, v, mask = inputs(4, 2, g, d, t, dtype)
     scale = 1 / math.sqrt(d)
     want, _ = reference(q, k, v, mask, scale)
@@ -74,6 +83,7 @@ def test_equals_softmax_attention(dtype: torch.dtype, g: int, d: int, t: int) ->
 def test_merges_a_prior_part(dtype: torch.dtype) -> None:
     """Columns ``[0, 20)`` by PyTorch's kernel (its output and log-sum-exp, the layout it returns),
     the rest by the kernel starting from them: attention over all columns."""
+    runs(dtype)
     q, k, v, mask = inputs(3, 3, 3, 64, 45, dtype, seed=1)
     mask = mask.clone()
     mask[1, 20:44] = float("-inf")  # a row with nothing of its own but its last column
@@ -91,6 +101,7 @@ def test_merges_a_prior_part(dtype: torch.dtype) -> None:
 def test_cascade_attention_on_it_equals_pytorchs_kernel(dtype: torch.dtype, shared: int) -> None:
     """``cascade.attend`` of a decode step: the kernel path (prefix read once where ``reads_once``,
     too short a prefix read by each row) against the flash path with its hole split."""
+    runs(dtype)
     b, t = 5, 60
     gen = torch.Generator().manual_seed(shared)
     query = torch.randn(b, 6, 1, 64, generator=gen).to(dtype)
@@ -138,9 +149,11 @@ def test_they_build_wherever_the_cpu_and_a_compiler_allow() -> None:
     import shutil
 
     if cpu_kernels._cpu_reason() is not None or not (shutil.which("c++") or shutil.which("g++")):
-        pytest.skip(f"no AVX-512 or no compiler here: {cpu_kernels._cpu_reason()}")
+        pytest.skip(f"no AVX2/AVX-512 or no compiler here: {cpu_kernels._cpu_reason()}")
     assert KERNEL is not None, cpu_kernels.unavailable()
-    assert KERNEL.caps & cpu_kernels.FLOAT32 and KERNEL.small_ops
+    assert KERNEL.caps & cpu_kernels.FLOAT32
+    if "avx512f" in cpu_kernels._cpu_flags():
+        assert KERNEL.small_ops
     if "avx512_bf16" in cpu_kernels._cpu_flags():
         assert KERNEL.caps & cpu_kernels.BFLOAT16
 
@@ -168,6 +181,37 @@ def test_without_avx512_bf16_the_small_ops_round_alike(tmp_path: Path) -> None:
     assert torch.equal(KERNEL.silu_mul(gate, up), other.silu_mul(gate, up))
 
 
+@pytest.fixture(scope="module")
+def avx2(tmp_path_factory: pytest.TempPathFactory) -> CpuKernels:
+    """The kernels built for a CPU with AVX2 and no AVX-512 (most laptops): float32 decode
+    attention only (``decode_attention_avx2.cpp``)."""
+    import subprocess
+
+    if "avx2" not in cpu_kernels._cpu_flags() or "fma" not in cpu_kernels._cpu_flags():
+        pytest.skip("needs a CPU with AVX2 and FMA to run the AVX2 build")
+    lib = tmp_path_factory.mktemp("avx2") / "avx2.so"
+    flags = [f for f in cpu_kernels.FLAGS if f != "-march=native"] + ["-march=x86-64-v3"]
+    subprocess.run([cpu_kernels._compiler(), *flags, "-o", str(lib), *map(str, cpu_kernels.SOURCES)], check=True,
+                   capture_output=True, timeout=300)
+    return CpuKernels(ctypes.CDLL(str(lib)))
+
+
+def test_an_avx2_build_runs_float32_attention(avx2: CpuKernels) -> None:
+    """Softmax attention, holes, short blocks and a prior merged in, as the AVX-512 build."""
+    assert avx2.caps == cpu_kernels.FLOAT32 and not avx2.small_ops
+    for t, (g, d) in [(1, (3, 64)), (13, (1, 32)), (45, (4, 128))]:
+        q, k, v, mask = inputs(4, 2, g, d, t, torch.float32, seed=t)
+        want, _ = reference(q, k, v, mask, 0.125)
+        assert torch.allclose(avx2.attend(q, k, v, mask, 0.125).double(), want, atol=2e-5)
+    q, k, v, mask = inputs(3, 3, 3, 64, 45, torch.float32, seed=1)
+    mask[0, 5] = 0
+    prior = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k[:, :, :20], v[:, :, :20], attn_mask=mask[:, None, None, :20], scale=0.125)
+    want, _ = reference(q, k, v, mask, 0.125)
+    got = avx2.attend(q, k[:, :, 20:], v[:, :, 20:], mask[:, 20:].contiguous(), 0.125, prior)
+    assert torch.allclose(got.double(), want, atol=2e-5)
+
+
 def test_a_failed_build_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     failing = tmp_path / "cxx"
     failing.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo fake 1.0 && exit 0\n"
@@ -180,10 +224,12 @@ def test_a_failed_build_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert not list((tmp_path / "cache").iterdir())  # nothing half-written left behind
 
 
-def test_a_cpu_without_avx512_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
+def test_a_cpu_without_avx2_or_avx512_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset({"avx", "sse4_2"}))
     monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "x86_64")
-    assert cpu_kernels._cpu_reason() == "this CPU lacks avx512f, avx512bw, avx512dq (it needs AVX-512)"
+    assert cpu_kernels._cpu_reason() == "this CPU has neither AVX-512 nor AVX2 with FMA"
+    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert cpu_kernels._cpu_reason() is None  # float32 decode attention on AVX2
     monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "arm64")
     assert "x86-64" in str(cpu_kernels._cpu_reason())
 
@@ -220,7 +266,7 @@ async def test_the_engine_samples_the_same_tokens_with_it_or_without(tokenizer: 
         await off.aclose()
 
 
-@needs_kernel
+@needs_small_ops
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("residual", [False, True])
 def test_rms_norm_is_hugging_faces(dtype: torch.dtype, residual: bool) -> None:
@@ -245,7 +291,7 @@ def test_rms_norm_is_hugging_faces(dtype: torch.dtype, residual: bool) -> None:
         assert torch.allclose(got, want, atol=1e-6)
 
 
-@needs_kernel
+@needs_small_ops
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_is_hugging_faces(dtype: torch.dtype) -> None:
     """Queries and keys in one product's rows, rotated in place: Hugging Face's
@@ -278,7 +324,7 @@ def test_rows_of_tells_evenly_strided_rows() -> None:
     assert cpu_kernels.rows_of(x.transpose(-1, -2)) is None
 
 
-@needs_kernel
+@needs_small_ops
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_silu_mul_is_pytorchs(dtype: torch.dtype) -> None:
     """``F.silu(gate) * up`` from the two halves of one product's rows (and from separate
@@ -297,3 +343,25 @@ def test_silu_mul_is_pytorchs(dtype: torch.dtype) -> None:
         assert torch.allclose(got.float(), want.float(), rtol=8e-3 if dtype == torch.bfloat16 else 1e-6, atol=0)
     with pytest.raises(ValueError, match="one shape and dtype"):
         kernel.silu_mul(gate, up[..., :40])
+
+
+async def test_the_engine_on_an_avx2_build_samples_the_same_tokens(
+        tokenizer: Any, avx2: CpuKernels, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU with AVX2 only, the fused pass runs the AVX2 attention and PyTorch's norm, rotary
+    and activation: the same tokens and logprobs as without the kernels."""
+    from arft.engines import model_pass
+    from tests.unit.engines.test_fused_decode import same_samples
+    from tests.unit.engines.test_transformers_engine import varied_model
+
+    monkeypatch.setattr(model_pass, "load_kernel", lambda: avx2)
+    torch.set_num_threads(1)
+    model = varied_model(tokenizer, seed=5)
+    on = TransformersEngine(model, tokenizer, max_batch_size=4)
+    off = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, cpu_kernels=False)
+    assert on._pass.fused is not None and on._pass.fused.kernel is avx2
+    prompts = [list(range(300, 300 + cascade.MIN_SHARED + 4)) + [400 + i] * (2 + 7 * i) for i in range(4)]
+    try:
+        await same_samples(on, off, prompts)
+    finally:
+        await on.aclose()
+        await off.aclose()
