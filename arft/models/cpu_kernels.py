@@ -230,15 +230,14 @@ def load() -> CpuKernels | None:
     reason = _cpu_reason()
     if reason is None:
         try:
-            kernel = CpuKernels(ctypes.CDLL(str(_build())))
+            kernel, added = opened(_build())
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             reason = f"{exc}"
         else:
-            runtimes = _openmp_runtimes()
             if not kernel.caps:
-                reason = "built without AVX-512 (the compiler's -march=native found none)"
-            elif len(runtimes) > 1:  # torch with its own renamed libgomp (older wheels): two thread pools
-                reason = (f"they would bring a second OpenMP runtime beside torch's ({', '.join(runtimes)}); "
+                reason = "built without AVX2 or AVX-512 (the compiler's -march=native found neither)"
+            elif added:  # torch with its own renamed libgomp (older wheels): two thread pools
+                reason = (f"they brought a second OpenMP runtime beside torch's ({', '.join(added)}); "
                           "install torch>=2.7, whose libgomp.so.1 they share")
             else:
                 log.info("arft's CPU kernels loaded (%s)", ", ".join(x.name for x in SOURCES))
@@ -254,6 +253,14 @@ _REASONS: list[str] = []
 def unavailable() -> str | None:
     """Why ``load()`` gave ``None`` (``None`` while it has not been tried or when it loaded)."""
     return _REASONS[-1] if _REASONS else None
+
+
+def opened(path: Path) -> tuple[CpuKernels, list[str]]:
+    """The kernels in the library at ``path``, and the OpenMP runtimes loading it added to this
+    process (none where it shares the one torch loaded)."""
+    before = set(_openmp_runtimes())
+    kernel = CpuKernels(ctypes.CDLL(str(path)))
+    return kernel, sorted(set(_openmp_runtimes()) - before)
 
 
 def _openmp_runtimes() -> list[str]:
