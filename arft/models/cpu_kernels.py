@@ -13,8 +13,8 @@ merged output (``CpuKernels.attend``).
 ``small_ops.cpp`` holds the small steps around a step's products: Llama's RMSNorm after the
 residual add it follows, the rotary embedding of queries and keys in place, and the MLP's
 ``silu(gate) * up`` (``rms_norm``, ``rope_``, ``silu_mul``), each one call where PyTorch
-dispatches 2-10 operations, with Hugging Face's results (bit for bit in bfloat16 for the norm
-and the rotation).
+dispatches 2-10 operations, with Hugging Face's results (the rotation bit for bit; the norm's sum of
+squares in another order, the same in bf16 on the tests' samples).
 
 They are C++ with AVX-512 intrinsics (bfloat16 products on AVX512-BF16; on CPUs with AVX2 and
 FMA but no AVX-512, ``decode_attention_avx2.cpp`` runs float32 attention and nothing else: 1.1x
