@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,9 +43,7 @@ def avx2_build(out: Path) -> Any:
     """The kernels compiled for x86-64-v3 (AVX2 and FMA, no AVX-512)."""
     from arft.models import cpu_kernels
 
-    flags = [f for f in cpu_kernels.FLAGS if f != "-march=native"] + ["-march=x86-64-v3"]
-    subprocess.run([cpu_kernels._compiler(), *flags, "-o", str(out), *map(str, cpu_kernels.SOURCES)], check=True,
-                   capture_output=True, timeout=300)
+    cpu_kernels.compile_to(out, cpu_kernels.AVX2_FLAGS)
     return cpu_kernels.CpuKernels(ctypes.CDLL(str(out)))
 
 

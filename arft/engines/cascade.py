@@ -213,14 +213,10 @@ def _decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
     key/value head are its ``g`` queries, so no key or value is copied. ``split``: each row's own
     columns in two parts, its holes left out."""
     b, hq, _, d = query.shape
-    hkv = key.shape[1]
-    g = hq // hkv
-    q = query.reshape(b, hkv, g, d)  # query head h reads key/value head h // g
+    q = _by_kv_head(query, key)
     parts = []
-    if reads_once(shared, b):  # prefix: every row's queries of one kv head against row 0's prefix, one pass a head
-        q_all = q.transpose(0, 1).reshape(1, hkv, b * g, d)
-        o1, l1 = _flash(q_all, key[:1, :, :shared], value[:1, :, :shared], None, scale)
-        parts.append((o1.reshape(hkv, b, g, d).transpose(0, 1), l1.reshape(hkv, b, g).transpose(0, 1)))
+    if reads_once(shared, b):
+        parts.append(_prefix_once(q, key, value, shared, scale))
     elif shared:  # too short to be worth reading once: each row reads it
         parts.append(_flash(q, key[:, :, :shared], value[:, :, :shared], None, scale))
     # rest: each row against its own columns, under its mask
@@ -237,19 +233,33 @@ def _kernel_decode(query: "torch.Tensor", key: "torch.Tensor", value: "torch.Ten
     """``_decode`` with each row's own columns on arft's kernel, which starts from the shared
     prefix's part (PyTorch's kernel, read once for all rows where ``reads_once``) and merges it."""
     b, hq, _, d = query.shape
-    hkv = key.shape[1]
-    g = hq // hkv
-    q = query.reshape(b, hkv, g, d)
+    q = _by_kv_head(query, key)
     q = q if q.stride(-1) == 1 else q.contiguous()
     prior, at = None, 0
     if reads_once(shared, b) and shared < key.shape[2]:
-        q_all = q.transpose(0, 1).reshape(1, hkv, b * g, d)
-        o1, l1 = _flash(q_all, key[:1, :, :shared], value[:1, :, :shared], None, scale)
-        prior, at = (o1.reshape(hkv, b, g, d).transpose(0, 1), l1.reshape(hkv, b, g).transpose(0, 1)), shared
+        prior, at = _prefix_once(q, key, value, shared, scale), shared
     rest = None if mask is None else additive(mask[:, 0, -1, at:], query.dtype)  # [B, T - at]
     if rest is not None and (rest.stride(-1) != 1 or rest.shape[0] != b):
         rest = rest.expand(b, -1).contiguous()
     return kernel.attend(q, key[:, :, at:], value[:, :, at:], rest, scale, prior).reshape(b, 1, hq, d)
+
+
+def _by_kv_head(query: "torch.Tensor", key: "torch.Tensor") -> "torch.Tensor":
+    """A decode step's queries ``[B, Hq, 1, D]`` as ``[B, Hkv, g, D]``: query head h reads
+    key/value head h // g, so the ``g`` query heads of a key/value head are its ``g`` queries."""
+    b, hq, _, d = query.shape
+    return query.reshape(b, key.shape[1], hq // key.shape[1], d)
+
+
+def _prefix_once(q: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", shared: int, scale: float
+                 ) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """The part of the columns ``[0, shared)`` every row holds the same: every row's queries of
+    one key/value head against row 0's prefix, one pass a head; output ``[B, Hkv, g, D]`` and
+    log-sum-exp ``[B, Hkv, g]``."""
+    b, hkv, g, d = q.shape
+    o, lse = _flash(q.transpose(0, 1).reshape(1, hkv, b * g, d), key[:1, :, :shared], value[:1, :, :shared], None,
+                    scale)
+    return o.reshape(hkv, b, g, d).transpose(0, 1), lse.reshape(hkv, b, g).transpose(0, 1)
 
 
 def _before(q: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", rest: "torch.Tensor",

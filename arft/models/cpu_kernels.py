@@ -52,6 +52,8 @@ KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = (KERNELS / "decode_attention.cpp", KERNELS / "decode_attention_avx2.cpp", KERNELS / "small_ops.cpp")
 HEADERS = (KERNELS / "vec.h",)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
+AVX2_FLAGS = tuple(f for f in FLAGS if f != "-march=native") + ("-march=x86-64-v3",)
+"""The build for a CPU with AVX2 and FMA but no AVX-512 (``compile_to``: tests and benchmarks here)."""
 """``-ffp-contract=off``: no multiply-add fused where PyTorch rounds the product first."""
 GROUPS = range(1, 9)
 """Query heads per key/value head the kernel is built for."""
@@ -320,13 +322,20 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(dir=cache, suffix=".so")
     os.close(fd)
     try:
-        done = subprocess.run([cxx, *FLAGS, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True,
-                              timeout=300)
-        if done.returncode:
-            raise RuntimeError(f"building {KERNELS.name}/*.cpp with {cxx} failed (exit {done.returncode}): "
-                               f"{done.stderr.strip()[-600:]}; set CXX to a C++17 compiler with OpenMP")
+        compile_to(Path(tmp))
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def compile_to(out: Path, flags: tuple[str, ...] = FLAGS) -> None:
+    """Compile the kernels into the library ``out`` with ``flags`` (other targets than this CPU:
+    e.g. ``-march=x86-64-v3`` for an AVX2 machine, as the tests and ``bench/decode_attention.py`` do)."""
+    cxx = _compiler()
+    done = subprocess.run([cxx, *flags, "-o", str(out), *map(str, SOURCES)], capture_output=True, text=True,
+                          timeout=300)
+    if done.returncode:
+        raise RuntimeError(f"building {KERNELS.name}/*.cpp with {cxx} failed (exit {done.returncode}): "
+                           f"{done.stderr.strip()[-600:]}; set CXX to a C++17 compiler with OpenMP")

@@ -168,13 +168,11 @@ def test_without_avx512_bf16_the_small_ops_round_alike(tmp_path: Path) -> None:
     """Built for an AVX-512 CPU without AVX512-BF16 (as Ice Lake servers are), the small ops round
     to bfloat16 in integer operations, bit for bit as ``vcvtneps2bf16`` does; the attention kernel
     then runs float32 only."""
-    import subprocess
 
     if KERNEL is None or not KERNEL.caps & cpu_kernels.BFLOAT16:
         pytest.skip("needs a CPU with AVX512-BF16 to compare against")
     lib = tmp_path / "nobf16.so"
-    subprocess.run([cpu_kernels._compiler(), *cpu_kernels.FLAGS, "-mno-avx512bf16", "-o", str(lib),
-                    *map(str, cpu_kernels.SOURCES)], check=True, capture_output=True, timeout=300)
+    cpu_kernels.compile_to(lib, cpu_kernels.FLAGS + ("-mno-avx512bf16",))
     other = CpuKernels(ctypes.CDLL(str(lib)))
     assert other.caps == cpu_kernels.FLOAT32 and other.small_ops
     gen = torch.Generator().manual_seed(5)
@@ -191,14 +189,10 @@ def test_without_avx512_bf16_the_small_ops_round_alike(tmp_path: Path) -> None:
 def avx2(tmp_path_factory: pytest.TempPathFactory) -> CpuKernels:
     """The kernels built for a CPU with AVX2 and no AVX-512 (most laptops): float32 decode
     attention only (``decode_attention_avx2.cpp``)."""
-    import subprocess
-
     if "avx2" not in cpu_kernels._cpu_flags() or "fma" not in cpu_kernels._cpu_flags():
         pytest.skip("needs a CPU with AVX2 and FMA to run the AVX2 build")
     lib = tmp_path_factory.mktemp("avx2") / "avx2.so"
-    flags = [f for f in cpu_kernels.FLAGS if f != "-march=native"] + ["-march=x86-64-v3"]
-    subprocess.run([cpu_kernels._compiler(), *flags, "-o", str(lib), *map(str, cpu_kernels.SOURCES)], check=True,
-                   capture_output=True, timeout=300)
+    cpu_kernels.compile_to(lib, cpu_kernels.AVX2_FLAGS)
     return CpuKernels(ctypes.CDLL(str(lib)))
 
 
