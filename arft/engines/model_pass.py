@@ -7,7 +7,8 @@
   instead of Hugging Face's forward (prefills without their padding: ``arft.engines.ragged``),
   and a decode step may share its pass with a prefill (``step_and_prefill``);
 - ``kernel``: arft's CPU kernels in the fused pass (``arft.models.cpu_kernels``, built on first
-  use; AVX-512 CPUs): decode steps' attention over the rows' own columns, RMSNorm, rotary embeddings.
+  use): decode steps' attention over the rows' own columns (AVX-512, or float32 on AVX2), and on
+  AVX-512 RMSNorm, rotary embeddings and the MLP's activation.
 
 Each is on where the device and the model allow it and the engine's switch (for comparisons)
 leaves it on; every other pass is the model's own forward with the cache it is given.
@@ -19,9 +20,9 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from arft.engines import cascade, packed_linear
-from arft.models.cpu_kernels import load as load_kernel
 from arft.engines.fused_decode import FusedDecoder, PassInputs
 from arft.engines.hf_model import forward_kwargs
+from arft.models.cpu_kernels import load as load_kernel
 
 if TYPE_CHECKING:
     import torch
