@@ -42,6 +42,8 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from arft.models import train_attention
+
 if TYPE_CHECKING:
     import torch
 
@@ -112,7 +114,8 @@ def enable(model: Any) -> bool:
     current = getattr(config, "_attn_implementation", None)
     if current == NAME:
         return True
-    if current != "sdpa" or not hasattr(model, "set_attn_implementation") or not _has_cpu_flash():
+    if current not in ("sdpa", train_attention.NAME) or not hasattr(model, "set_attn_implementation") \
+            or not _has_cpu_flash():
         return False  # eager, flash, flex or a custom kernel: left as it is
     _register()
     model.set_attn_implementation(NAME)
@@ -147,17 +150,16 @@ def cascade_attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", v
     present) that need no gradient take the fast paths: single-token queries of two or more rows
     sharing at least ``MIN_SHARED`` leading columns cascade (``_decode``), and a masked prefill of
     a grouped-query model runs sdpa on the key/value heads as they are (``grouped``). Every other
-    call is Hugging Face's ``sdpa`` unchanged."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+    call is the trainer's (``arft.models.train_attention.attention``: Hugging Face's ``sdpa``
+    unless it takes the call)."""
     mark = kwargs.pop(KEYWORD, None)
     shared = int(mark or 0)
     grouped_prefill = query.shape[2] > 1 and attention_mask is not None and key.shape[1] != query.shape[1]
     if mark is not None and _plain_call(query, dropout, kwargs) and (cascades(query, key, shared) or grouped_prefill):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return attend(query, key, value, attention_mask, shared, scale), None
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                  scaling=scaling, **kwargs)
+    return train_attention.attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                     **kwargs)
 
 
 def cascades(query: "torch.Tensor", key: "torch.Tensor", shared: int) -> bool:

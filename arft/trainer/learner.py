@@ -144,13 +144,15 @@ class Learner:
         return norm
 
     def _train_mode(self) -> None:
-        """The policy in training mode, its RMSNorms fused (``training.cpu_kernels``): again at every
-        update, since a Hugging Face model's ``train()`` re-applies its hub kernels, which puts every
-        norm's own forward back."""
+        """The policy in training mode, its RMSNorms fused and its attention's backward on the AMX
+        kernel (``training.cpu_kernels``): again at every update, since a Hugging Face model's
+        ``train()`` re-applies its hub kernels, which puts every norm's own forward back."""
+        from arft.models import train_attention
         from arft.trainer import fused_norm
 
         self.policy.train()
         fused_norm.set_fused(self.policy, self.spec.cpu_kernels)
+        train_attention.set_fused(self.policy, self.spec.cpu_kernels)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch

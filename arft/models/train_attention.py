@@ -1,0 +1,183 @@
+"""Causal attention in the update, with its backward pass on arft's AMX kernel.
+
+PyTorch's CPU flash-attention backward computes its block products through small calls of the
+matrix library, converting between bfloat16 and float32 around each: ~25 % of an update of the
+embedded model on a 2-core AMX Xeon, at ~0.1 TFLOP/s. ``FlashAttention`` keeps PyTorch's flash
+forward (which returns the log-sum-exp the backward needs) and runs the backward pass on
+``CpuKernels.attention_backward`` (``kernels/attention_backward.cpp``): the FlashAttention-2
+backward on AMX tiles, ~4x PyTorch's on that CPU (``bench/attention_backward.py``).
+
+``set_fused(policy, on)`` marks the policy's attention layers and gives the model the attention
+function ``attention`` (registered with Hugging Face as ``NAME``; the engine's cascade attention
+hands it the calls it does not take itself). A marked layer's call takes the kernel when it
+records a gradient, runs in bfloat16 on a CPU whose kernel loads, with heads of a multiple of 32,
+no dropout, softcap, sinks or sliding window, and a mask that is causal with right padding (the
+trainer's micro-batches, and the shared-prefix pass's queries after the prefix); every other call
+is Hugging Face's ``sdpa`` unchanged. The forward is the same PyTorch call ``sdpa`` makes, so
+passes with and without a gradient give the same logprobs. torch is imported lazily.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from arft.models import cpu_kernels
+
+if TYPE_CHECKING:
+    import torch
+
+NAME = "arft_train"
+"""The attention function's name in Hugging Face's ``AttentionInterface``."""
+MARK = "_arft_train_attention"
+"""The attribute that marks an attention layer for the kernel (``set_fused``)."""
+_SPECIAL = ("position_bias", "softcap", "s_aux", "sliding_window")
+_LAST: list[Any] = []
+"""The last mask planned, with its plan: a forward passes one mask to every layer."""
+
+
+def _function() -> Any:
+    import torch
+    from torch.autograd.function import once_differentiable
+
+    class FlashAttention(torch.autograd.Function):
+        """Softmax attention of ``q`` ``[B, Hq, Tq, D]`` over ``k``/``v`` ``[B, Hk, Tk, D]``
+        under ``mask`` (additive, or ``None``: causal, ``Tq == Tk``), the queries the last ``Tq``
+        positions; ``lens`` ``[B]`` the keys each row has (``None``: all)."""
+
+        @staticmethod
+        def forward(ctx: Any, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", mask: "torch.Tensor | None",
+                    lens: "torch.Tensor | None", scale: float, kernels: cpu_kernels.CpuKernels) -> "torch.Tensor":
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q, k, v, 0.0, mask is None, attn_mask=mask, scale=scale)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.lens, ctx.scale, ctx.kernels = lens, scale, kernels
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx: Any, grad: "torch.Tensor") -> tuple["torch.Tensor | None", ...]:
+            q, k, v, out, lse = ctx.saved_tensors
+            if grad.stride(-1) != 1 or any(s % 2 for s in grad.stride()[:-1]):
+                grad = grad.contiguous()
+            gq, gk, gv = ctx.kernels.attention_backward(q, k, v, out, grad, lse, ctx.lens, ctx.scale)
+            return gq, gk, gv, None, None, None, None
+
+    return FlashAttention
+
+
+FlashAttention = None  # type: ignore[assignment]
+"""The autograd function (built on first use: torch is imported lazily)."""
+
+
+def _flash() -> Any:
+    global FlashAttention
+    if FlashAttention is None:
+        FlashAttention = _function()
+    return FlashAttention
+
+
+def attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
+              attention_mask: "torch.Tensor | None", dropout: float = 0.0, scaling: float | None = None,
+              **kwargs: Any) -> tuple["torch.Tensor", None]:
+    """Hugging Face attention-function signature: ``query`` ``[B, Hq, q, D]``, ``key``/``value``
+    ``[B, Hk, T, D]``; returns ``[B, q, Hq, D]``. The kernel where it applies (module doc), else
+    Hugging Face's ``sdpa``."""
+    kernels = cpu_kernels.load()
+    if kernels is not None and takes(module, query, key, value, dropout, kwargs, kernels):
+        plan = _plan(attention_mask, query, key.shape[2])
+        if plan is not None:
+            scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+            out = _flash().apply(query, key, value, plan[0], plan[1], scale, kernels)
+            return out.transpose(1, 2).contiguous(), None
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                  **kwargs)
+
+
+def takes(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", dropout: float,
+          kwargs: dict[str, Any], kernels: cpu_kernels.CpuKernels) -> bool:
+    """Whether the call is one the kernel runs (the mask aside): a marked causal layer, a
+    recorded gradient, bfloat16 on the CPU, heads of a multiple of 32, queries the last of the
+    keys, no dropout or score shaping."""
+    import torch
+
+    tensors = (query, key, value)
+    return (getattr(module, MARK, False) and getattr(module, "is_causal", True) and kernels.attention_backward_runs
+            and torch.is_grad_enabled() and any(x.requires_grad for x in tensors) and not dropout
+            and all(kwargs.get(k) is None for k in _SPECIAL)
+            and all(x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.dim() == 4 for x in tensors)
+            and query.shape[-1] % 32 == 0 and key.shape[-1] == query.shape[-1] and key.shape == value.shape
+            and 1 < query.shape[2] <= key.shape[2] and query.shape[1] % key.shape[1] == 0
+            and query.shape[0] == key.shape[0])
+
+
+def _plan(mask: "torch.Tensor | None", query: "torch.Tensor", tk: int) -> tuple[Any, Any] | None:
+    """For Hugging Face's boolean ``mask`` ``[B or 1, 1, Tq, Tk]`` (``None``: causal over
+    ``Tq == Tk``): the forward's additive mask (``None``: causal) and each row's key count
+    (``None``: all), where the mask is causal with the queries last and right padding; ``None``
+    where it is any other."""
+    b, tq = query.shape[0], query.shape[2]
+    if mask is None:  # sdpa's is_causal: the first Tq keys, which is causal with the queries last only at Tq == Tk
+        return (None, None) if tq == tk else None
+    if _LAST and _LAST[0] is mask and _LAST[1] == (mask._version, query.dtype, b):
+        return _LAST[2]
+    plan = _masked_plan(mask, b, tq, query.dtype)
+    _LAST[:] = [mask, (mask._version, query.dtype, b), plan]
+    return plan
+
+
+def _masked_plan(mask: "torch.Tensor", b: int, tq: int, dtype: "torch.dtype") -> tuple[Any, Any] | None:
+    import torch
+
+    if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[0] not in (1, b) \
+            or mask.shape[2] != tq or mask.device.type != "cpu":
+        return None
+    tk = mask.shape[3]
+    lens = mask[:, 0, -1].sum(-1)  # the last query sees every real key
+    i = torch.arange(tq).unsqueeze(1) + (tk - tq)
+    want = (torch.arange(tk) <= i) & (torch.arange(tk) < lens.view(-1, 1, 1))
+    if not torch.equal(mask[:, 0], want):
+        return None
+    if tq == tk and bool((lens == tk).all()):
+        return (None, None)
+    additive = torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
+    return additive, lens.to(torch.int64).expand(b).contiguous()
+
+
+def set_fused(policy: Any, on: bool = True) -> int:
+    """Mark the attention layers of ``policy`` for the kernel (``on``), or unmark them; returns
+    how many are marked now (0 where the kernel does not run here). A model that runs ``sdpa``
+    gets ``attention`` (which is ``sdpa`` for every call it does not take); one with another
+    implementation keeps it (the engine's cascade attention hands its other calls here)."""
+    kernels = cpu_kernels.load() if on else None
+    runs = kernels is not None and kernels.attention_backward_runs
+    if runs:
+        _use(policy)
+    n = 0
+    for module in policy.modules():
+        if hasattr(module, "is_causal") and hasattr(module, "scaling"):  # Hugging Face's attention layers
+            if runs:
+                setattr(module, MARK, True)
+            else:
+                module.__dict__.pop(MARK, None)
+            n += bool(getattr(module, MARK, False))
+    return n
+
+
+def _use(policy: Any) -> None:
+    model = next((m for m in policy.modules() if hasattr(m, "set_attn_implementation") and hasattr(m, "config")), None)
+    if model is not None and getattr(model.config, "_attn_implementation", None) == "sdpa":
+        register()
+        model.set_attn_implementation(NAME)
+
+
+@functools.cache
+def register() -> None:
+    """Register ``attention`` with Hugging Face as ``NAME``, with ``sdpa``'s masks."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(NAME, attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
