@@ -43,6 +43,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from arft.models.train_kernels import TrainKernels
+
 if TYPE_CHECKING:
     import torch
 
@@ -50,7 +52,7 @@ log = logging.getLogger(__name__)
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = (KERNELS / "decode_attention.cpp", KERNELS / "decode_attention_avx2.cpp", KERNELS / "small_ops.cpp",
-           KERNELS / "attention_backward.cpp")
+           KERNELS / "attention_backward.cpp", KERNELS / "train_ops.cpp")
 HEADERS = (KERNELS / "vec.h",)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 AVX2_FLAGS = tuple(f for f in FLAGS if f != "-march=native") + ("-march=x86-64-v3",)
@@ -83,11 +85,8 @@ class CpuKernels:
         self._norm.restype = self._rope.restype = self._silu.restype = ctypes.c_int
         self.small_ops = bool(lib.arft_small_ops_caps())
         """Whether ``rms_norm``, ``rope_`` and ``silu_mul`` run here (AVX-512)."""
-        self._attn_back = lib.arft_attention_backward
-        self._attn_back.argtypes = [_PTR] * 19 + [_I64] * 6 + [ctypes.c_float, ctypes.c_int]
-        self._attn_back.restype = ctypes.c_int
-        self.attention_backward_runs = bool(lib.arft_attention_backward_caps())
-        """Whether ``attention_backward`` runs here (AMX with bfloat16, and Linux lent its tiles)."""
+        self.train = TrainKernels(lib)
+        """The update's kernels (``arft.models.train_kernels``)."""
 
     def supports(self, dtype: "torch.dtype", group: int, head_dim: int) -> bool:
         """Whether it runs queries of ``dtype`` with ``group`` query heads per key/value head."""
@@ -206,48 +205,11 @@ class CpuKernels:
             raise ValueError("arft CPU kernels: no silu_mul here; check CpuKernels.small_ops first")
         return out
 
-    def attention_backward(self, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", out: "torch.Tensor",
-                           grad: "torch.Tensor", lse: "torch.Tensor", lens: "torch.Tensor | None",
-                           scale: float) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
-        """The gradients of causal softmax attention with respect to ``q`` ``[B, Hq, Tq, D]`` and
-        ``k``/``v`` ``[B, Hk, Tk, D]`` (``Hq`` a multiple of ``Hk``), given its ``out`` and
-        log-sum-exp ``lse`` ``[B, Hq, Tq]`` (float32; PyTorch's flash forward returns both) and
-        ``grad`` (of ``out``): the queries are the last ``Tq`` of ``Tk`` positions, and row ``b``
-        sees only its first ``lens[b]`` keys (int64 ``[B]``; ``None``: all). bfloat16, the last
-        dimension contiguous, ``D`` a multiple of 32; where ``attention_backward_runs``
-        (``kernels/attention_backward.cpp``)."""
-        import torch
-
-        b, hq, tq, d = q.shape
-        tensors = (q, k, v, out, grad)
-        if (any(x.dtype != torch.bfloat16 or x.stride(-1) != 1 or x.device.type != "cpu" for x in tensors)
-                or k.shape != v.shape or out.shape != q.shape or grad.shape != q.shape or lse.shape != (b, hq, tq)
-                or lse.dtype != torch.float32 or (lens is not None and (lens.shape != (b,) or lens.dtype != torch.int64
-                                                                       or not lens.is_contiguous()))):
-            raise ValueError("arft CPU kernels: attention_backward needs bfloat16 q, k, v, out and grad with a "
-                             "contiguous last dimension, out and grad shaped like q, a float32 lse [B, Hq, Tq] and "
-                             f"int64 lens [B] (got {[(x.dtype, tuple(x.shape)) for x in (*tensors, lse)]})")
-        gq, gk, gv = (torch.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
-        args = [x for t in (q, k, v, out, grad) for x in (t.data_ptr(), _strides(t))]
-        args += [lse.data_ptr(), (ctypes.c_int64 * 3)(*lse.stride())]
-        args += [None if lens is None else lens.data_ptr()]
-        args += [x for t in (gq, gk, gv) for x in (t.data_ptr(), _strides(t))]
-        if self._attn_back(*args, b, hq, k.shape[1], tq, k.shape[2], d, scale, torch.get_num_threads()):
-            raise ValueError(f"arft CPU kernels: no attention backward of {hq} query heads on {k.shape[1]} key/value "
-                             f"heads, {tq} queries on {k.shape[2]} keys, heads of {d}, here; check "
-                             "CpuKernels.attention_backward_runs first")
-        return gq, gk, gv
-
     def fits(self, x: "torch.Tensor") -> bool:
         """Whether ``rms_norm``/``rope_`` take ``x``: on the CPU, a dtype the build runs, contiguous
         rows of a multiple of 16 values (at most 8192)."""
         return (self.small_ops and self.supports(x.dtype, 1, 64) and x.device.type == "cpu" and x.is_contiguous()
                 and x.shape[-1] % 16 == 0 and x.shape[-1] <= 8192)
-
-
-def _strides(x: "torch.Tensor") -> "ctypes.Array[ctypes.c_int64]":
-    """``x``'s strides but the last, for a kernel."""
-    return (ctypes.c_int64 * (x.dim() - 1))(*x.stride()[:-1])
 
 
 def rows_of(x: "torch.Tensor") -> int | None:

@@ -4,7 +4,7 @@ PyTorch's CPU flash-attention backward computes its block products through small
 matrix library, converting between bfloat16 and float32 around each: ~25 % of an update of the
 embedded model on a 2-core AMX Xeon, at ~0.1 TFLOP/s. ``FlashAttention`` keeps PyTorch's flash
 forward (which returns the log-sum-exp the backward needs) and runs the backward pass on
-``CpuKernels.attention_backward`` (``kernels/attention_backward.cpp``): the FlashAttention-2
+``CpuKernels.train.attention_backward`` (``kernels/attention_backward.cpp``): the FlashAttention-2
 backward on AMX tiles, ~4x PyTorch's on that CPU (``bench/attention_backward.py``).
 
 ``set_fused(policy, on)`` marks the policy's attention layers and gives the model the attention
@@ -60,7 +60,7 @@ def _function() -> Any:
             q, k, v, out, lse = ctx.saved_tensors
             if grad.stride(-1) != 1 or any(s % 2 for s in grad.stride()[:-1]):
                 grad = grad.contiguous()
-            gq, gk, gv = ctx.kernels.attention_backward(q, k, v, out, grad, lse, ctx.lens, ctx.scale)
+            gq, gk, gv = ctx.kernels.train.attention_backward(q, k, v, out, grad, lse, ctx.lens, ctx.scale)
             return gq, gk, gv, None, None, None, None
 
     return FlashAttention
@@ -104,7 +104,8 @@ def takes(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch
     import torch
 
     tensors = (query, key, value)
-    return (getattr(module, MARK, False) and getattr(module, "is_causal", True) and kernels.attention_backward_runs
+    return (getattr(module, MARK, False) and getattr(module, "is_causal", True)
+            and kernels.train.attention_backward_runs
             and torch.is_grad_enabled() and any(x.requires_grad for x in tensors) and not dropout
             and all(kwargs.get(k) is None for k in _SPECIAL)
             and all(x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.dim() == 4 for x in tensors)
@@ -152,7 +153,7 @@ def set_fused(policy: Any, on: bool = True) -> int:
     gets ``attention`` (which is ``sdpa`` for every call it does not take); one with another
     implementation keeps it (the engine's cascade attention hands its other calls here)."""
     kernels = cpu_kernels.load() if on else None
-    runs = kernels is not None and kernels.attention_backward_runs
+    runs = kernels is not None and kernels.train.attention_backward_runs
     if runs:
         _use(policy)
     n = 0

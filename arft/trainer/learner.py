@@ -82,7 +82,7 @@ class Learner:
         for _ in range(self.spec.updates_per_batch):
             for i, mb in enumerate(mbs):
                 with self._autocast():
-                    lp, entropy = token_logprobs(self.policy, mb, self.loss_cfg.temperature, self._share_prefix)
+                    lp, entropy = self._token_logprobs(self.policy, mb, self.loss_cfg.temperature)
                 old_lp = old[i] if old is not None else lp.detach()
                 adv = mb.advantages.unsqueeze(1).expand_as(mb.target_mask)[mb.target_mask.bool()]
                 engine_lp = mb.old_logprobs[mb.target_mask.bool()]
@@ -106,6 +106,10 @@ class Learner:
         not under gradient checkpointing, which runs without a cache)."""
         return self.spec.share_prefix and not self.spec.gradient_checkpointing
 
+    def _token_logprobs(self, model: Any, mb: Tensors, temperature: float) -> tuple[Any, Any]:
+        """``loss.token_logprobs`` as the spec says (the shared prefix, the CPU kernels)."""
+        return token_logprobs(model, mb, temperature, self._share_prefix, self.spec.cpu_kernels)
+
     def _micro_batches(self, batch: TrainBatch) -> list[Tensors]:
         """``batch`` split as the spec says; when the prefix is shared the token budget counts
         each micro-batch's common prefix once, as the passes run it."""
@@ -125,7 +129,7 @@ class Learner:
         nll = 0.0
         for mb in mbs:
             with self._autocast():
-                lp, _ = token_logprobs(self.policy, mb, 1.0, self._share_prefix)
+                lp, _ = self._token_logprobs(self.policy, mb, 1.0)
             (-lp.sum() / total).backward()
             nll -= float(lp.detach().sum())
         norm = self._optimizer_step()
@@ -144,14 +148,16 @@ class Learner:
         return norm
 
     def _train_mode(self) -> None:
-        """The policy in training mode, its RMSNorms fused and its attention's backward on the AMX
-        kernel (``training.cpu_kernels``): again at every update, since a Hugging Face model's
-        ``train()`` re-applies its hub kernels, which puts every norm's own forward back."""
+        """The policy in training mode, its RMSNorms and MLP products fused and its attention's
+        backward on the AMX kernel (``training.cpu_kernels``): again at every update, since a
+        Hugging Face model's ``train()`` re-applies its hub kernels, which puts every norm's own
+        forward back."""
         from arft.models import train_attention
-        from arft.trainer import fused_norm
+        from arft.trainer import fused_norm, fused_ops
 
         self.policy.train()
         fused_norm.set_fused(self.policy, self.spec.cpu_kernels)
+        fused_ops.set_fused(self.policy, self.spec.cpu_kernels)
         train_attention.set_fused(self.policy, self.spec.cpu_kernels)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -168,13 +174,13 @@ class Learner:
         from arft.trainer.fused_lora import passes  # the update pass's arithmetic, for a ratio of 1
 
         with torch.no_grad(), self._autocast(), passes():
-            return token_logprobs(self.policy, mb, self.loss_cfg.temperature, self._share_prefix)[0]
+            return self._token_logprobs(self.policy, mb, self.loss_cfg.temperature)[0]
 
     def _ref_logprobs(self, mb: Tensors) -> Any:
         import torch
 
         with torch.no_grad(), self._autocast(), self._reference() as ref:
-            return token_logprobs(ref, mb, self.loss_cfg.temperature, self._share_prefix)[0]
+            return self._token_logprobs(ref, mb, self.loss_cfg.temperature)[0]
 
     @contextlib.contextmanager
     def _reference(self) -> Iterator[Any]:

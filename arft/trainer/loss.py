@@ -48,24 +48,19 @@ def _split(model: Any) -> tuple[Any, Any]:
     return base.model, base.get_output_embeddings()
 
 
-def token_logprobs(model: Any, mb: "Tensors", temperature: float,
-                   share_prefix: bool = True) -> tuple["torch.Tensor", "torch.Tensor"]:
+def token_logprobs(model: Any, mb: "Tensors", temperature: float, share_prefix: bool = True,
+                   fused: bool = False) -> tuple["torch.Tensor", "torch.Tensor"]:
     """Logprobs of the target tokens at masked positions (``[N]``) and the entropy there (``[N]``).
-    ``share_prefix``: the rows' common prefix runs once (``arft.trainer.shared_prefix``)."""
-    import torch
+    ``share_prefix``: the rows' common prefix runs once (``arft.trainer.shared_prefix``);
+    ``fused``: the log-softmax, gather and entropy in one pass on arft's CPU kernels where they
+    run (``arft.trainer.fused_ops``; ``training.cpu_kernels``)."""
+    from arft.trainer import fused_ops
 
     backbone, head = _split(model)
     hidden = hidden_states(backbone, mb, share_prefix)
     sel = mb.target_mask.bool()
     h = hidden[:, :-1, :][sel]  # [N, H]: only the positions that predict sampled tokens
-    logits = head(h)
-    if temperature != 1.0:  # at 1 the division would be a pass (and one back) over [N, vocab] for nothing
-        logits = logits.float() / max(temperature, 1e-6)
-    logp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
-    lp = logp.gather(-1, mb.targets[sel].unsqueeze(-1)).squeeze(-1)
-    with torch.no_grad():
-        entropy = -(logp.exp() * logp).sum(-1)
-    return lp, entropy
+    return fused_ops.token_logprobs(head(h), mb.targets[sel], temperature, fused)
 
 
 @dataclass

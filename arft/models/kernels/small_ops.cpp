@@ -12,52 +12,6 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
 namespace {
-// float32 to bfloat16, round to nearest even (NaN stays NaN), 16 at a time: vcvtneps2bf16 where
-// the CPU has AVX512-BF16, the same rounding in integer operations where it does not.
-inline __m256i to_bf16(__m512 x) {
-#if defined(__AVX512BF16__)
-    return (__m256i)_mm512_cvtneps_pbh(x);
-#else
-    __m512i u = _mm512_castps_si512(x);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));  // quiet NaN
-    return _mm512_cvtepi32_epi16(r);
-#endif
-}
-
-// bfloat16 or float32 values as float32, 16 at a time (n < 16: the first n, the rest 0).
-template <bool BF16> inline __m512 load(const void* p, int n = 16) {
-    __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-    if constexpr (BF16) {
-        __m256i raw = _mm256_maskz_loadu_epi16(m, p);
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-    } else {
-        return _mm512_maskz_loadu_ps(m, p);
-    }
-}
-
-template <bool BF16> inline void store(void* p, __m512 x, int n = 16) {
-    __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-    if constexpr (BF16) {
-        _mm256_mask_storeu_epi16(p, m, to_bf16(x));
-    } else {
-        _mm512_mask_storeu_ps(p, m, x);
-    }
-}
-
-// x rounded to the dtype (bfloat16: round to nearest even), as float32.
-template <bool BF16> inline __m512 round(__m512 x) {
-    if constexpr (BF16) {
-        __m256i b = to_bf16(x);
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-    } else {
-        return x;
-    }
-}
-
-template <bool BF16> constexpr int64_t E = BF16 ? 2 : 4;
 
 // One row: h = x (+ delta, rounded), written to hidden if given; out = w * round(h * rsqrt(mean(h^2) + eps)).
 template <bool BF16>

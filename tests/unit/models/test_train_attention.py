@@ -16,7 +16,7 @@ import torch
 from arft.models import cpu_kernels, train_attention
 
 KERNELS = cpu_kernels.load()
-pytestmark = pytest.mark.skipif(KERNELS is None or not KERNELS.attention_backward_runs,
+pytestmark = pytest.mark.skipif(KERNELS is None or not KERNELS.train.attention_backward_runs,
                                 reason="the attention backward kernel needs AMX (Intel Sapphire Rapids or later)")
 
 
@@ -57,7 +57,7 @@ def test_gradients_are_as_close_to_float64_as_pytorchs(b: int, hq: int, hk: int,
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*theirs, 0.0, False, attn_mask=mask,
                                                                         scale=scale)
     out.backward(grad)
-    mine = KERNELS.attention_backward(q, k, v, out.detach(), grad, lse.detach(), lens, scale)
+    mine = KERNELS.train.attention_backward(q, k, v, out.detach(), grad, lse.detach(), lens, scale)
     for name, got, pytorch, exact in zip("qkv", mine, [x.grad for x in theirs], (qf.grad, kf.grad, vf.grad)):
         # dS rounded to bfloat16 before its products (as FlashAttention does): dQ's error may be
         # above PyTorch's (which keeps dS in float32) by a bfloat16 rounding
@@ -72,10 +72,10 @@ def test_gradients_are_as_close_to_float64_as_pytorchs(b: int, hq: int, hk: int,
 def test_it_refuses_what_it_cannot_run() -> None:
     q = torch.randn(1, 2, 32, 64)
     with pytest.raises(ValueError, match="bfloat16"):
-        KERNELS.attention_backward(q, q, q, q, q, torch.zeros(1, 2, 32), None, 0.125)
+        KERNELS.train.attention_backward(q, q, q, q, q, torch.zeros(1, 2, 32), None, 0.125)
     b = q.bfloat16()
     with pytest.raises(ValueError, match="heads of 48"):
-        KERNELS.attention_backward(b[..., :48], b[..., :48], b[..., :48], b[..., :48], b[..., :48],
+        KERNELS.train.attention_backward(b[..., :48], b[..., :48], b[..., :48], b[..., :48], b[..., :48],
                                    torch.zeros(1, 2, 32), None, 0.125)
 
 

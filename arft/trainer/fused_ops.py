@@ -1,0 +1,127 @@
+"""The update's elementwise steps as single passes on arft's CPU kernels (``CpuKernels.train``).
+
+- **Token logprobs.** ``log_softmax(logits, dtype=float32)``, the gather of the sampled tokens and
+  the entropy are five passes over ``[N, vocab]`` in float32 forward and three back, for a 49k
+  vocabulary ~7 % of an update of the embedded model on a CPU whose matmuls are fast (AMX).
+  ``TokenLogprobs`` is one pass (two reads of each row) forward and one back: the same float32
+  arithmetic, the sums in another order.
+- **The MLP's ``silu(gate) * up``.** Hugging Face's ``LlamaMLP`` runs silu and the product as two
+  operations, and their gradient as three (silu's backward and two products). ``SiluMul`` is one
+  pass each way; the forward is ``CpuKernels.silu_mul``, the gradient in float32 rounded once.
+  ``set_fused(policy, on)`` gives every SiLU MLP of the policy (Llama, Qwen2/3, Mistral) this
+  forward in passes autograd records and the trainer's own (``fused_lora.passes``), as
+  ``fused_norm`` does for the norms.
+
+Both run where ``training.cpu_kernels`` is on and the kernels load with AVX-512; anything else
+(a GPU, other dtypes) is PyTorch's.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from arft.models import cpu_kernels
+from arft.trainer import fused_lora
+
+MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP")
+"""MLP classes whose forward is ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``."""
+
+
+class TokenLogprobs(torch.autograd.Function):
+    """Each row's logprob of its target under ``softmax(logits * inv_t)`` (with a gradient) and its
+    entropy (without), float32 ``[N]``, from ``logits`` ``[N, V]`` (bfloat16 or float32)."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, inv_t: float,
+                kernels: cpu_kernels.CpuKernels) -> tuple[torch.Tensor, torch.Tensor]:
+        lp, entropy, lse = kernels.train.token_logprobs(logits, targets, inv_t)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.inv_t, ctx.kernels = inv_t, kernels
+        ctx.mark_non_differentiable(entropy)
+        return lp, entropy
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        logits, targets, lse = ctx.saved_tensors
+        return ctx.kernels.train.token_logprobs_backward(logits, targets, lse, grad, ctx.inv_t), None, None, None
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                   fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logprobs of ``targets`` under ``logits / temperature`` (``[N]``, float32) and the
+    entropy there (no gradient): ``TokenLogprobs`` where ``fused`` and the kernels run it,
+    PyTorch's ``log_softmax`` elsewhere."""
+    kernels = cpu_kernels.load() if fused else None
+    if (kernels is not None and kernels.train.ops and logits.device.type == "cpu" and logits.dim() == 2
+            and logits.dtype in (torch.bfloat16, torch.float32) and logits.stride(-1) == 1):
+        return TokenLogprobs.apply(logits, targets.contiguous(), 1.0 / max(temperature, 1e-6), kernels)
+    if temperature != 1.0:  # at 1 the division would be a pass (and one back) over [N, vocab] for nothing
+        logits = logits.float() / max(temperature, 1e-6)
+    logp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+    lp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        entropy = -(logp.exp() * logp).sum(-1)
+    return lp, entropy
+
+
+class SiluMul(torch.autograd.Function):
+    """``silu(gate) * up`` (silu rounded to the dtype first, as PyTorch's two operations round)."""
+
+    @staticmethod
+    def forward(ctx: Any, gate: torch.Tensor, up: torch.Tensor, kernels: cpu_kernels.CpuKernels) -> torch.Tensor:
+        ctx.save_for_backward(gate, up)
+        ctx.kernels = kernels
+        return kernels.silu_mul(gate, up)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        gate, up = ctx.saved_tensors
+        dgate, dup = ctx.kernels.train.silu_mul_backward(gate.contiguous(), up.contiguous(),
+                                                         grad.to(gate.dtype).contiguous())
+        return dgate, dup, None
+
+
+def fusable(module: Any) -> bool:
+    """Whether ``module`` is one of the SiLU MLPs (``MLPS``) the fused function reproduces."""
+    act = getattr(module, "act_fn", None)
+    silu = isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"  # Hugging Face's ACT2FN["silu"]
+    return (type(module).__name__ in MLPS and silu
+            and all(hasattr(module, p) for p in ("gate_proj", "up_proj", "down_proj")))
+
+
+def set_fused(policy: Any, on: bool = True) -> int:
+    """Give every fusable MLP of ``policy`` the fused forward (``on``) or its own back; returns how
+    many have it now (0 where the kernels do not run here). Idempotent."""
+    kernels = cpu_kernels.load() if on else None
+    runs = kernels is not None and kernels.small_ops and kernels.train.ops
+    n = 0
+    for module in policy.modules():
+        if runs and fusable(module) and "forward" not in module.__dict__:
+            module.forward = functools.partial(_mlp_forward, module)  # a partial: the module still pickles
+        elif not runs and _is_fused(module):
+            del module.__dict__["forward"]
+        n += _is_fused(module)
+    return n
+
+
+def _is_fused(module: Any) -> bool:
+    forward = module.__dict__.get("forward")
+    return isinstance(forward, functools.partial) and forward.func is _mlp_forward
+
+
+def _mlp_forward(module: Any, x: torch.Tensor) -> torch.Tensor:
+    """The fused product where autograd records or in the trainer's passes, on matching dtypes on
+    the CPU; the module's own forward elsewhere."""
+    kernels = cpu_kernels.load()
+    if kernels is None or not (torch.is_grad_enabled() or fused_lora.in_passes()) or x.device.type != "cpu":
+        return type(module).forward(module, x)
+    gate, up = module.gate_proj(x), module.up_proj(x)
+    if gate.dtype != up.dtype or gate.dtype not in (torch.bfloat16, torch.float32) or gate.shape != up.shape:
+        return module.down_proj(module.act_fn(gate) * up)
+    return module.down_proj(SiluMul.apply(gate.contiguous(), up.contiguous(), kernels))
