@@ -32,8 +32,10 @@ class TrainKernels:
         self._lp_back.restype = _INT
         self._silu_back = lib.arft_silu_mul_backward
         self._silu_back.argtypes, self._silu_back.restype = [_PTR] * 5 + [_I64, _INT, _INT], _INT
+        self._rope = lib.arft_rope_strided
+        self._rope.argtypes, self._rope.restype = [_PTR] * 7 + [_I64] * 4 + [_INT] * 3, _INT
         self.ops = bool(lib.arft_train_ops_caps())
-        """Whether the logprob and silu kernels run here (AVX-512)."""
+        """Whether the logprob, silu and rotary kernels run here (AVX-512)."""
 
     def attention_backward(self, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", out: "torch.Tensor",
                            grad: "torch.Tensor", lse: "torch.Tensor", lens: "torch.Tensor | None",
@@ -107,6 +109,28 @@ class TrainKernels:
                              f"contiguous) and int64 targets [N] (got {logits.dtype} {tuple(logits.shape)}, "
                              f"{targets.dtype} {tuple(targets.shape)})")
         return logits.shape[0], logits.shape[1]
+
+    def rope(self, x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor", inverse: bool = False
+             ) -> "torch.Tensor":
+        """``x`` ``[B, H, T, D]`` (strided, the last dimension contiguous) rotated by ``cos``/``sin``
+        ``[B or 1, T, D]`` as Hugging Face's ``apply_rotary_pos_emb`` (or by ``-sin`` where
+        ``inverse``: the rotation's gradient), into a new contiguous tensor; one dtype
+        (bfloat16 or float32) for all three, ``cos`` and ``sin`` in one layout."""
+        import torch
+
+        b, h, t, d = x.shape
+        if (x.dtype not in (torch.bfloat16, torch.float32) or cos.dtype != x.dtype or sin.dtype != x.dtype
+                or cos.shape != sin.shape or cos.stride() != sin.stride() or cos.dim() != 3
+                or cos.shape[0] not in (1, b) or tuple(cos.shape[1:]) != (t, d) or x.stride(-1) != 1
+                or cos.stride(-1) != 1 or d % 2):
+            raise ValueError("arft CPU kernels: rope needs x [B, H, T, D] and cos/sin [B or 1, T, D] of one dtype "
+                             f"(got {x.dtype} {tuple(x.shape)}, {cos.dtype} {tuple(cos.shape)})")
+        out = torch.empty(x.shape, dtype=x.dtype)
+        sc = (ctypes.c_int64 * 2)(cos.stride(0) if cos.shape[0] > 1 else 0, cos.stride(1))
+        if self._rope(x.data_ptr(), _strides(x), out.data_ptr(), _strides(out), cos.data_ptr(), sin.data_ptr(), sc,
+                      b, h, t, d, int(inverse), int(x.dtype == torch.bfloat16), torch.get_num_threads()):
+            raise ValueError("arft CPU kernels: no rotary embedding here; check CpuKernels.train.ops first")
+        return out
 
     def silu_mul_backward(self, gate: "torch.Tensor", up: "torch.Tensor", grad: "torch.Tensor"
                           ) -> tuple["torch.Tensor", "torch.Tensor"]:

@@ -12,7 +12,13 @@
   forward in passes autograd records and the trainer's own (``fused_lora.passes``), as
   ``fused_norm`` does for the norms.
 
-Both run where ``training.cpu_kernels`` is on and the kernels load with AVX-512; anything else
+- **The rotary embedding.** ``apply_rotary_pos_emb`` runs ``q * cos + rotate_half(q) * sin`` as
+  five operations each way for queries and keys. ``Rotary`` is one pass each way (the same
+  roundings; the gradient is the rotation by ``-sin``). ``set_fused`` puts it in Hugging Face's
+  Llama, Qwen2/3 and Mistral modelling modules (their layers look the function up at each call),
+  for passes autograd records and the trainer's own; other calls are the original's.
+
+All run where ``training.cpu_kernels`` is on and the kernels load with AVX-512; anything else
 (a GPU, other dtypes) is PyTorch's.
 """
 
@@ -28,6 +34,9 @@ from arft.models import cpu_kernels
 from arft.trainer import fused_lora
 
 MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP")
+ROTARY_MODULES = tuple(f"transformers.models.{m}.modeling_{m}" for m in ("llama", "qwen2", "qwen3", "mistral"))
+"""Modelling modules whose ``apply_rotary_pos_emb(q, k, cos, sin)`` the fused rotation replaces."""
+_ROTARY_ON = [False]
 """MLP classes whose forward is ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``."""
 
 
@@ -87,6 +96,60 @@ class SiluMul(torch.autograd.Function):
         return dgate, dup, None
 
 
+class Rotary(torch.autograd.Function):
+    """``x`` ``[B, H, T, D]`` rotated by ``cos``/``sin`` ``[B or 1, T, D]`` (no gradient), as
+    Hugging Face's ``apply_rotary_pos_emb``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                kernels: cpu_kernels.CpuKernels) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        ctx.kernels = kernels
+        return kernels.train.rope(x, cos, sin)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        cos, sin = ctx.saved_tensors
+        grad = grad.to(cos.dtype)
+        grad = grad if grad.stride(-1) == 1 else grad.contiguous()
+        return ctx.kernels.train.rope(grad, cos, sin, inverse=True), None, None, None
+
+
+def _rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *args: Any,
+            original: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``apply_rotary_pos_emb`` with the fused rotation where it applies (module doc)."""
+    kernels = cpu_kernels.load()
+    if (_ROTARY_ON[0] and not args and kwargs.get("position_ids") is None
+            and kwargs.get("unsqueeze_dim", 1) == 1 and kernels is not None and kernels.train.ops
+            and (torch.is_grad_enabled() or fused_lora.in_passes()) and not (cos.requires_grad or sin.requires_grad)
+            and all(x.device.type == "cpu" and x.dim() == 4 and x.dtype == cos.dtype and x.stride(-1) == 1
+                    for x in (q, k))
+            and cos.dtype in (torch.bfloat16, torch.float32) and cos.dim() == 3 and cos.stride(-1) == 1
+            and cos.shape == sin.shape and cos.stride() == sin.stride()):
+        return Rotary.apply(q, cos, sin, kernels), Rotary.apply(k, cos, sin, kernels)
+    return original(q, k, cos, sin, *args, **kwargs)
+
+
+def set_rotary(on: bool) -> int:
+    """Put the fused rotation in the modelling modules loaded (``ROTARY_MODULES``; once) and turn it
+    on or off; returns how many modules have it."""
+    import sys
+
+    kernels = cpu_kernels.load() if on else None
+    _ROTARY_ON[0] = kernels is not None and kernels.train.ops
+    n = 0
+    for name in ROTARY_MODULES:
+        module = sys.modules.get(name)
+        current = getattr(module, "apply_rotary_pos_emb", None)
+        if current is None:
+            continue
+        if not (isinstance(current, functools.partial) and current.func is _rotary):
+            setattr(module, "apply_rotary_pos_emb", functools.partial(_rotary, original=current))
+        n += 1
+    return n if _ROTARY_ON[0] else 0
+
+
 def fusable(module: Any) -> bool:
     """Whether ``module`` is one of the SiLU MLPs (``MLPS``) the fused function reproduces."""
     act = getattr(module, "act_fn", None)
@@ -96,8 +159,10 @@ def fusable(module: Any) -> bool:
 
 
 def set_fused(policy: Any, on: bool = True) -> int:
-    """Give every fusable MLP of ``policy`` the fused forward (``on``) or its own back; returns how
-    many have it now (0 where the kernels do not run here). Idempotent."""
+    """Give every fusable MLP of ``policy`` the fused forward (``on``) or its own back, and turn
+    the fused rotation on or off (``set_rotary``); returns how many MLPs have it now (0 where the
+    kernels do not run here). Idempotent."""
+    set_rotary(on)
     kernels = cpu_kernels.load() if on else None
     runs = kernels is not None and kernels.small_ops and kernels.train.ops
     n = 0

@@ -72,24 +72,10 @@ void norm_backward(const void* dy, const void* x, const void* w, const float* rs
     }
 }
 
-// Heads [heads, D] of one row rotated in place: x * cos + rotate_half(x) * sin, each product
-// rounded to the dtype, then their sum (rotate_half(x) = [-x2, x1] for x = [x1, x2]).
+// Heads [heads, D] of one row rotated in place (rope_head).
 template <bool BF16>
 void rope_row(char* x, int64_t heads, int64_t d, const char* cos, const char* sin) {
-    int64_t half = d / 2;
-    for (int64_t h = 0; h < heads; h++) {
-        char* row = x + E<BF16> * h * d;
-        for (int64_t i = 0; i < half; i += 16) {
-            int n = half - i < 16 ? (int)(half - i) : 16;
-            __m512 a = load<BF16>(row + E<BF16> * i, n), b = load<BF16>(row + E<BF16> * (i + half), n);
-            __m512 ca = load<BF16>(cos + E<BF16> * i, n), cb = load<BF16>(cos + E<BF16> * (i + half), n);
-            __m512 sa = load<BF16>(sin + E<BF16> * i, n), sb = load<BF16>(sin + E<BF16> * (i + half), n);
-            __m512 lo = _mm512_add_ps(round<BF16>(_mm512_mul_ps(a, ca)), round<BF16>(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), b), sa)));
-            __m512 hi = _mm512_add_ps(round<BF16>(_mm512_mul_ps(b, cb)), round<BF16>(_mm512_mul_ps(a, sb)));
-            store<BF16>(row + E<BF16> * i, lo, n);
-            store<BF16>(row + E<BF16> * (i + half), hi, n);
-        }
-    }
+    for (int64_t h = 0; h < heads; h++) rope_head<BF16>(x + E<BF16> * h * d, x + E<BF16> * h * d, d, cos, sin, false);
 }
 
 template <bool BF16>

@@ -3,7 +3,9 @@
 // - the sampled tokens' logprobs and the entropy from the logits [N, V] (log_softmax in float32,
 //   a gather, exp, a product and a sum: five passes over [N, V] in float32, and three back),
 //   and their gradient;
-// - the gradient of the MLP's silu(gate) * up (silu's backward, two products: three passes).
+// - the gradient of the MLP's silu(gate) * up (silu's backward, two products: three passes);
+// - the rotary embedding of queries and keys out of place, and its gradient (two products, a
+//   negation, a concatenation and a sum each way).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -74,6 +76,20 @@ void silu_mul_backward(const char* gate, const char* up, const char* dy, char* d
         store<BF16>(dup + E<BF16> * i, _mm512_mul_ps(d, act), n);
     }
 }
+
+// out[b, h, t] = x[b, h, t] rotated by cos/sin[b, t] (rope_head), strided [B, H, T, D].
+template <bool BF16>
+void rope(const char* x, const int64_t* sx, char* out, const int64_t* so, const char* cos, const char* sin,
+          const int64_t* sc, int64_t b, int64_t h, int64_t t, int64_t d, bool inverse, int threads) {
+#pragma omp parallel for num_threads(threads) collapse(2) if (b * h * t * d >= 65536)
+    for (int64_t i = 0; i < b; i++)
+        for (int64_t j = 0; j < h; j++)
+            for (int64_t k = 0; k < t; k++)
+                rope_head<BF16>(x + E<BF16> * (i * sx[0] + j * sx[1] + k * sx[2]),
+                                out + E<BF16> * (i * so[0] + j * so[1] + k * so[2]), d,
+                                cos + E<BF16> * (i * sc[0] + k * sc[1]), sin + E<BF16> * (i * sc[0] + k * sc[1]),
+                                inverse);
+}
 }  // namespace
 #define ARFT_TRAIN_OPS 1
 #else
@@ -141,6 +157,25 @@ extern "C" int arft_silu_mul_backward(const void* gate, const void* up, const vo
     return 0;
 #else
     (void)gate; (void)up; (void)dy; (void)dgate; (void)dup; (void)count; (void)bf16; (void)threads;
+    return 1;
+#endif
+}
+
+// out [B, H, T, D] (strides so) = x (strides sx) rotated by cos and sin [B, T, D] (strides sc, one
+// layout for both; the batch stride may be 0), or by -sin where inverse (the gradient).
+extern "C" int arft_rope_strided(const void* x, const int64_t* sx, void* out, const int64_t* so, const void* cos,
+                                 const void* sin, const int64_t* sc, int64_t b, int64_t h, int64_t t, int64_t d,
+                                 int inverse, int bf16, int threads) {
+#if ARFT_TRAIN_OPS
+    if (d % 2) return 1;
+    if (bf16) rope<true>((const char*)x, sx, (char*)out, so, (const char*)cos, (const char*)sin, sc, b, h, t, d,
+                         inverse, threads);
+    else rope<false>((const char*)x, sx, (char*)out, so, (const char*)cos, (const char*)sin, sc, b, h, t, d,
+                     inverse, threads);
+    return 0;
+#else
+    (void)x; (void)sx; (void)out; (void)so; (void)cos; (void)sin; (void)sc; (void)b; (void)h; (void)t; (void)d;
+    (void)inverse; (void)bf16; (void)threads;
     return 1;
 #endif
 }

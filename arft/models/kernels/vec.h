@@ -77,5 +77,26 @@ template <bool BF16> inline __m512 round(__m512 x) {
 }
 
 template <bool BF16> constexpr int64_t E = BF16 ? 2 : 4;
+
+// One head of D values rotated into out (out may be x): x * cos + rotate_half(x) * sin, each product
+// rounded to the dtype, then their sum (rotate_half(x) = [-x2, x1] for x = [x1, x2]), as Hugging
+// Face's apply_rotary_pos_emb; with `inverse`, by -sin (the rotation's transpose, its gradient).
+template <bool BF16>
+inline void rope_head(const char* x, char* out, int64_t d, const char* cos, const char* sin, bool inverse) {
+    int64_t half = d / 2;
+    const __m512 sign = _mm512_set1_ps(inverse ? -1.0f : 1.0f);
+    for (int64_t i = 0; i < half; i += 16) {
+        int n = half - i < 16 ? (int)(half - i) : 16;
+        __m512 a = load<BF16>(x + E<BF16> * i, n), b = load<BF16>(x + E<BF16> * (i + half), n);
+        __m512 ca = load<BF16>(cos + E<BF16> * i, n), cb = load<BF16>(cos + E<BF16> * (i + half), n);
+        __m512 sa = _mm512_mul_ps(load<BF16>(sin + E<BF16> * i, n), sign);
+        __m512 sb = _mm512_mul_ps(load<BF16>(sin + E<BF16> * (i + half), n), sign);
+        __m512 lo = _mm512_add_ps(round<BF16>(_mm512_mul_ps(a, ca)),
+                                  round<BF16>(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), b), sa)));
+        __m512 hi = _mm512_add_ps(round<BF16>(_mm512_mul_ps(b, cb)), round<BF16>(_mm512_mul_ps(a, sb)));
+        store<BF16>(out + E<BF16> * i, lo, n);
+        store<BF16>(out + E<BF16> * (i + half), hi, n);
+    }
+}
 }  // namespace
 #endif

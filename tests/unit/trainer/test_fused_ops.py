@@ -102,3 +102,44 @@ def test_the_update_is_the_same_with_them_or_without(tiny_model: Any) -> None:
         assert (fused_ops.set_fused(learner.policy, on) > 0) is on
     for key in ("update/grad_norm", "update/entropy"):
         assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-5), key
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotation_and_gradient_are_hugging_faces(dtype: torch.dtype) -> None:
+    from transformers.models.llama import modeling_llama
+
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 5, 3, 64, generator=gen).to(dtype).transpose(1, 2)  # [B, H, T, D] view, as the layers pass
+    angles = torch.randn(1, 5, 32, generator=gen)
+    cos, sin = (f(torch.cat([angles, angles], -1)).to(dtype) for f in (torch.cos, torch.sin))
+    grad = torch.randn(2, 3, 5, 64, generator=gen).to(dtype)
+    q1, q2 = (q.detach().clone().requires_grad_() for _ in range(2))
+    original = modeling_llama.apply_rotary_pos_emb
+    original = getattr(original, "keywords", {}).get("original", original)
+    want, _ = original(q1, q1, cos, sin)
+    got = fused_ops.Rotary.apply(q2, cos, sin, KERNELS)
+    assert torch.equal(got, want)  # the same roundings
+    want.backward(grad)
+    got.backward(grad)
+    assert torch.allclose(q2.grad.float(), q1.grad.float(), atol=1e-6 if dtype == torch.float32 else 2e-2)
+
+
+def test_the_rotation_is_fused_only_where_recorded_and_while_on(tiny_model: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    apply = fused_ops.Rotary.apply
+    monkeypatch.setattr(fused_ops.Rotary, "apply", lambda *a: seen.append(1) or apply(*a))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    try:
+        assert fused_ops.set_rotary(True) >= 1
+        with torch.no_grad():
+            want = tiny_model(input_ids=ids).logits
+        assert not seen
+        got = tiny_model(input_ids=ids).logits
+        assert len(seen) == 4 and torch.equal(got, want)  # queries and keys of two layers; the same values
+        got.sum().backward()
+        assert fused_ops.set_rotary(False) == 0
+        tiny_model(input_ids=ids).logits.sum().backward()
+        assert len(seen) == 4
+    finally:
+        fused_ops.set_rotary(False)
