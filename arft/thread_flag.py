@@ -27,3 +27,9 @@ class ThreadFlag:
             yield
         finally:
             self._local.on = before
+
+
+TRAINER_PASSES = ThreadFlag()
+"""On inside the trainer's own passes (``arft.trainer.fused_lora.passes``): the fused functions
+the update uses run there without a gradient too, so that its old-logprob pass computes exactly
+what its update pass computes."""

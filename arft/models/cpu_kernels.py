@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = (KERNELS / "decode_attention.cpp", KERNELS / "decode_attention_avx2.cpp", KERNELS / "small_ops.cpp",
-           KERNELS / "attention_backward.cpp", KERNELS / "train_ops.cpp")
+           KERNELS / "train_attention.cpp", KERNELS / "train_ops.cpp")
 HEADERS = (KERNELS / "vec.h",)
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 AVX2_FLAGS = tuple(f for f in FLAGS if f != "-march=native") + ("-march=x86-64-v3",)

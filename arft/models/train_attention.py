@@ -1,20 +1,22 @@
-"""Causal attention in the update, with its backward pass on arft's AMX kernel.
+"""Causal attention in the update on arft's AMX kernels.
 
 PyTorch's CPU flash-attention backward computes its block products through small calls of the
 matrix library, converting between bfloat16 and float32 around each: ~25 % of an update of the
-embedded model on a 2-core AMX Xeon, at ~0.1 TFLOP/s. ``FlashAttention`` keeps PyTorch's flash
-forward (which returns the log-sum-exp the backward needs) and runs the backward pass on
-``CpuKernels.train.attention_backward`` (``kernels/attention_backward.cpp``): the FlashAttention-2
-backward on AMX tiles, ~4x PyTorch's on that CPU (``bench/attention_backward.py``).
+embedded model on a 2-core AMX Xeon, at ~0.1 TFLOP/s. ``FlashAttention`` runs both passes on
+``CpuKernels.train`` (``kernels/train_attention.cpp``): the forward as two long AMX products per
+block of 32 queries around a float32 softmax of whole rows (returning the log-sum-exp), the
+backward as FlashAttention-2 on AMX tiles; ~1.6x and ~4x PyTorch's on that CPU
+(``bench/train_attention.py``), with the same precision (tested against float64).
 
 ``set_fused(policy, on)`` marks the policy's attention layers and gives the model the attention
 function ``attention`` (registered with Hugging Face as ``NAME``; the engine's cascade attention
-hands it the calls it does not take itself). A marked layer's call takes the kernel when it
-records a gradient, runs in bfloat16 on a CPU whose kernel loads, with heads of a multiple of 32,
-no dropout, softcap, sinks or sliding window, and a mask that is causal with right padding (the
-trainer's micro-batches, and the shared-prefix pass's queries after the prefix); every other call
-is Hugging Face's ``sdpa`` unchanged. The forward is the same PyTorch call ``sdpa`` makes, so
-passes with and without a gradient give the same logprobs. torch is imported lazily.
+hands it the calls it does not take itself). A marked layer's call takes the kernels when it
+records a gradient or is one of the trainer's own passes (``arft.thread_flag.TRAINER_PASSES``:
+its old-logprob pass then computes exactly what its update computes), runs in bfloat16 on a CPU
+whose kernels load, with heads of a multiple of 32, no dropout, softcap, sinks or sliding window,
+and a mask that is causal with right padding (the trainer's micro-batches, and the shared-prefix
+pass's queries after the prefix); every other call is Hugging Face's ``sdpa`` unchanged. torch
+is imported lazily.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from arft.models import cpu_kernels
+from arft.thread_flag import TRAINER_PASSES
 
 if TYPE_CHECKING:
     import torch
@@ -41,15 +44,14 @@ def _function() -> Any:
     from torch.autograd.function import once_differentiable
 
     class FlashAttention(torch.autograd.Function):
-        """Softmax attention of ``q`` ``[B, Hq, Tq, D]`` over ``k``/``v`` ``[B, Hk, Tk, D]``
-        under ``mask`` (additive, or ``None``: causal, ``Tq == Tk``), the queries the last ``Tq``
-        positions; ``lens`` ``[B]`` the keys each row has (``None``: all)."""
+        """Causal softmax attention of ``q`` ``[B, Hq, Tq, D]`` over ``k``/``v`` ``[B, Hk, Tk,
+        D]``, the queries the last ``Tq`` positions; ``lens`` ``[B]`` the keys each row has
+        (``None``: all). Forward and backward on the AMX kernel."""
 
         @staticmethod
-        def forward(ctx: Any, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", mask: "torch.Tensor | None",
-                    lens: "torch.Tensor | None", scale: float, kernels: cpu_kernels.CpuKernels) -> "torch.Tensor":
-            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q, k, v, 0.0, mask is None, attn_mask=mask, scale=scale)
+        def forward(ctx: Any, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", lens: "torch.Tensor | None",
+                    scale: float, kernels: cpu_kernels.CpuKernels) -> "torch.Tensor":
+            out, lse = kernels.train.attention_forward(q, k, v, lens, scale)
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.lens, ctx.scale, ctx.kernels = lens, scale, kernels
             return out
@@ -61,7 +63,7 @@ def _function() -> Any:
             if grad.stride(-1) != 1 or any(s % 2 for s in grad.stride()[:-1]):
                 grad = grad.contiguous()
             gq, gk, gv = ctx.kernels.train.attention_backward(q, k, v, out, grad, lse, ctx.lens, ctx.scale)
-            return gq, gk, gv, None, None, None, None
+            return gq, gk, gv, None, None, None
 
     return FlashAttention
 
@@ -88,7 +90,7 @@ def attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "t
         plan = _plan(attention_mask, query, key.shape[2])
         if plan is not None:
             scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-            out = _flash().apply(query, key, value, plan[0], plan[1], scale, kernels)
+            out = _flash().apply(query, key, value, plan[0], scale, kernels)
             return out.transpose(1, 2).contiguous(), None
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -98,38 +100,38 @@ def attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "t
 
 def takes(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", dropout: float,
           kwargs: dict[str, Any], kernels: cpu_kernels.CpuKernels) -> bool:
-    """Whether the call is one the kernel runs (the mask aside): a marked causal layer, a
-    recorded gradient, bfloat16 on the CPU, heads of a multiple of 32, queries the last of the
-    keys, no dropout or score shaping."""
+    """Whether the call is one the kernels run (the mask aside): a marked causal layer, a
+    recorded gradient or the trainer's own pass, bfloat16 on the CPU (even strides), heads of a
+    multiple of 32, queries the last of the keys, no dropout or score shaping."""
     import torch
 
     tensors = (query, key, value)
     return (getattr(module, MARK, False) and getattr(module, "is_causal", True)
             and kernels.train.attention_backward_runs
-            and torch.is_grad_enabled() and any(x.requires_grad for x in tensors) and not dropout
-            and all(kwargs.get(k) is None for k in _SPECIAL)
-            and all(x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.dim() == 4 for x in tensors)
+            and ((torch.is_grad_enabled() and any(x.requires_grad for x in tensors)) or bool(TRAINER_PASSES))
+            and not dropout and all(kwargs.get(k) is None for k in _SPECIAL)
+            and all(x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.dim() == 4 and x.stride(-1) == 1
+                    and not any(s % 2 for s in x.stride()[:-1]) for x in tensors)
             and query.shape[-1] % 32 == 0 and key.shape[-1] == query.shape[-1] and key.shape == value.shape
             and 1 < query.shape[2] <= key.shape[2] and query.shape[1] % key.shape[1] == 0
             and query.shape[0] == key.shape[0])
 
 
-def _plan(mask: "torch.Tensor | None", query: "torch.Tensor", tk: int) -> tuple[Any, Any] | None:
-    """For Hugging Face's boolean ``mask`` ``[B or 1, 1, Tq, Tk]`` (``None``: causal over
-    ``Tq == Tk``): the forward's additive mask (``None``: causal) and each row's key count
-    (``None``: all), where the mask is causal with the queries last and right padding; ``None``
-    where it is any other."""
+def _plan(mask: "torch.Tensor | None", query: "torch.Tensor", tk: int) -> tuple[Any] | None:
+    """For Hugging Face's boolean ``mask`` ``[B or 1, 1, Tq, Tk]`` (``None``: sdpa's causal over
+    ``Tq == Tk``): ``(lens,)``, each row's key count (``lens`` ``None``: all), where the mask is
+    causal with the queries last and right padding; ``None`` where it is any other."""
     b, tq = query.shape[0], query.shape[2]
-    if mask is None:  # sdpa's is_causal: the first Tq keys, which is causal with the queries last only at Tq == Tk
-        return (None, None) if tq == tk else None
-    if _LAST and _LAST[0] is mask and _LAST[1] == (mask._version, query.dtype, b):
+    if mask is None:  # sdpa's is_causal: top-left, which is causal with the queries last only at Tq == Tk
+        return (None,) if tq == tk else None
+    if _LAST and _LAST[0] is mask and _LAST[1] == (mask._version, b):
         return _LAST[2]
-    plan = _masked_plan(mask, b, tq, query.dtype)
-    _LAST[:] = [mask, (mask._version, query.dtype, b), plan]
+    plan = _masked_plan(mask, b, tq)
+    _LAST[:] = [mask, (mask._version, b), plan]
     return plan
 
 
-def _masked_plan(mask: "torch.Tensor", b: int, tq: int, dtype: "torch.dtype") -> tuple[Any, Any] | None:
+def _masked_plan(mask: "torch.Tensor", b: int, tq: int) -> tuple[Any] | None:
     import torch
 
     if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[0] not in (1, b) \
@@ -141,11 +143,7 @@ def _masked_plan(mask: "torch.Tensor", b: int, tq: int, dtype: "torch.dtype") ->
     want = (torch.arange(tk) <= i) & (torch.arange(tk) < lens.view(-1, 1, 1))
     if not torch.equal(mask[:, 0], want):
         return None
-    if tq == tk and bool((lens == tk).all()):
-        return (None, None)
-    additive = torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
-    return additive, lens.to(torch.int64).expand(b).contiguous()
-
+    return (None,) if bool((lens == tk).all()) else (lens.to(torch.int64).expand(b).contiguous(),)
 
 def set_fused(policy: Any, on: bool = True) -> int:
     """Mark the attention layers of ``policy`` for the kernel (``on``), or unmark them; returns

@@ -1,6 +1,6 @@
 """The update's kernels in arft's CPU kernel library (``arft.models.cpu_kernels`` builds and loads
 it; ``CpuKernels.train`` is this): attention's backward pass on AMX
-(``kernels/attention_backward.cpp``, used by ``arft.models.train_attention``), and the sampled
+(``kernels/train_attention.cpp``, used by ``arft.models.train_attention``), and the sampled
 tokens' logprobs and entropy, and the gradient of the MLP's ``silu(gate) * up``
 (``kernels/train_ops.cpp``, AVX-512; used by ``arft.trainer.fused_ops``). Each is one pass where
 PyTorch runs several over large tensors. torch is imported lazily.
@@ -25,7 +25,10 @@ class TrainKernels:
         self._attn_back = lib.arft_attention_backward
         self._attn_back.argtypes, self._attn_back.restype = [_PTR] * 19 + [_I64] * 6 + [_F32, _INT], _INT
         self.attention_backward_runs = bool(lib.arft_attention_backward_caps())
-        """Whether ``attention_backward`` runs here (AMX with bfloat16, and Linux lent its tiles)."""
+        """Whether ``attention_forward`` and ``attention_backward`` run here (AMX with bfloat16,
+        and Linux lent its tiles)."""
+        self._attn = lib.arft_attention_forward
+        self._attn.argtypes, self._attn.restype = [_PTR] * 10 + [_I64] * 6 + [_F32, _INT], _INT
         self._lp, self._lp_back = lib.arft_token_logprobs, lib.arft_token_logprobs_backward
         self._lp.argtypes, self._lp.restype = [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _F32, _INT, _INT], _INT
         self._lp_back.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _F32, _INT, _INT]
@@ -37,27 +40,56 @@ class TrainKernels:
         self.ops = bool(lib.arft_train_ops_caps())
         """Whether the logprob, silu and rotary kernels run here (AVX-512)."""
 
+    def attention_forward(self, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", lens: "torch.Tensor | None",
+                          scale: float) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """Causal softmax attention as ``attention_backward`` takes it (the queries the last ``Tq``
+        of ``Tk`` positions, row ``b`` seeing its first ``lens[b]`` keys): the output ``[B, Hq,
+        Tq, D]`` (a view of a ``[B, Tq, Hq, D]`` tensor, the layout the layers want next) and
+        the log-sum-exp ``[B, Hq, Tq]`` (float32)."""
+        import torch
+
+        b, hq, tq, d = q.shape
+        self._check(q, k, v, lens)
+        out = torch.empty((b, tq, hq, d), dtype=q.dtype).transpose(1, 2)
+        lse = torch.empty((b, hq, tq), dtype=torch.float32)
+        if self._attn(q.data_ptr(), _strides(q), k.data_ptr(), _strides(k), v.data_ptr(), _strides(v),
+                      None if lens is None else lens.data_ptr(), out.data_ptr(), _strides(out), lse.data_ptr(),
+                      b, hq, k.shape[1], tq, k.shape[2], d, scale, torch.get_num_threads()):
+            raise ValueError(f"arft CPU kernels: no attention of {hq} query heads on {k.shape[1]} key/value heads, "
+                             f"{tq} queries on {k.shape[2]} keys, heads of {d}, here; check "
+                             "CpuKernels.train.attention_backward_runs first")
+        return out, lse
+
+    def _check(self, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", lens: "torch.Tensor | None") -> None:
+        import torch
+
+        if (any(x.dtype != torch.bfloat16 or x.stride(-1) != 1 or x.device.type != "cpu" or x.dim() != 4
+                or any(s % 2 for s in x.stride()[:-1]) for x in (q, k, v))
+                or k.shape != v.shape or (lens is not None and (lens.shape != q.shape[:1] or lens.dtype != torch.int64
+                                                                or not lens.is_contiguous()))):
+            raise ValueError("arft CPU kernels: attention needs bfloat16 q, k, v [B, H, T, D] with a contiguous last "
+                             "dimension and even strides, and int64 lens [B] (got "
+                             f"{[(x.dtype, tuple(x.shape), x.stride()) for x in (q, k, v)]})")
+
     def attention_backward(self, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", out: "torch.Tensor",
                            grad: "torch.Tensor", lse: "torch.Tensor", lens: "torch.Tensor | None",
                            scale: float) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
         """The gradients of causal softmax attention with respect to ``q`` ``[B, Hq, Tq, D]`` and
         ``k``/``v`` ``[B, Hk, Tk, D]`` (``Hq`` a multiple of ``Hk``), given its ``out`` and
-        log-sum-exp ``lse`` ``[B, Hq, Tq]`` (float32; PyTorch's flash forward returns both) and
+        log-sum-exp ``lse`` ``[B, Hq, Tq]`` (float32; ``attention_forward`` and PyTorch's flash
+        forward return both) and
         ``grad`` (of ``out``): the queries are the last ``Tq`` of ``Tk`` positions, and row ``b``
         sees only its first ``lens[b]`` keys (int64 ``[B]``; ``None``: all). bfloat16, the last
-        dimension contiguous, ``D`` a multiple of 32; where ``attention_backward_runs``
-        (``kernels/attention_backward.cpp``)."""
+        dimension contiguous and even strides, ``D`` a multiple of 32; where ``attention_backward_runs``
+        (``kernels/train_attention.cpp``)."""
         import torch
 
         b, hq, tq, d = q.shape
-        tensors = (q, k, v, out, grad)
-        if (any(x.dtype != torch.bfloat16 or x.stride(-1) != 1 or x.device.type != "cpu" for x in tensors)
-                or k.shape != v.shape or out.shape != q.shape or grad.shape != q.shape or lse.shape != (b, hq, tq)
-                or lse.dtype != torch.float32 or (lens is not None and (lens.shape != (b,) or lens.dtype != torch.int64
-                                                                       or not lens.is_contiguous()))):
-            raise ValueError("arft CPU kernels: attention_backward needs bfloat16 q, k, v, out and grad with a "
-                             "contiguous last dimension, out and grad shaped like q, a float32 lse [B, Hq, Tq] and "
-                             f"int64 lens [B] (got {[(x.dtype, tuple(x.shape)) for x in (*tensors, lse)]})")
+        self._check(q, k, v, lens)
+        self._check(out, grad, grad, None)
+        if out.shape != q.shape or grad.shape != q.shape or lse.shape != (b, hq, tq) or lse.dtype != torch.float32:
+            raise ValueError("arft CPU kernels: attention_backward needs out and grad shaped like q and a float32 lse "
+                             f"[B, Hq, Tq] (got {tuple(out.shape)}, {tuple(grad.shape)}, {lse.dtype} {tuple(lse.shape)})")
         gq, gk, gv = (torch.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
         args = [x for t in (q, k, v, out, grad) for x in (t.data_ptr(), _strides(t))]
         args += [lse.data_ptr(), (ctypes.c_int64 * 3)(*lse.stride())]

@@ -31,10 +31,9 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from arft.models import peft_layers
-from arft.thread_flag import ThreadFlag
+from arft.thread_flag import TRAINER_PASSES
 
 _FUSED = "_arft_fused_forward"  # marks an instance whose forward is the fused one
-_PASSES = ThreadFlag()
 
 
 class LoraLinear(torch.autograd.Function):
@@ -102,13 +101,13 @@ def set_fused(policy: Any, on: bool = True) -> int:
 def passes() -> Iterator[None]:
     """The trainer's own passes on this thread take the fused forward without a gradient too
     (its old-logprob pass must compute exactly what its update pass computes)."""
-    with _PASSES.on():
+    with TRAINER_PASSES.on():
         yield
 
 
 def in_passes() -> bool:
     """Whether this thread is in one of the trainer's own passes (``passes``)."""
-    return bool(_PASSES)
+    return bool(TRAINER_PASSES)
 
 
 def _fused_forward(layer: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:

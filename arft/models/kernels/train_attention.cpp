@@ -1,4 +1,9 @@
-// Attention's backward pass for training, on CPUs with AMX (Intel Sapphire Rapids and later).
+// Causal attention for training, forward and backward, on CPUs with AMX (Intel Sapphire Rapids
+// and later).
+//
+// Forward: each block of 32 queries against all the keys it sees, as two long products
+// (S = Q Kᵀ, then O = P V) around a softmax of whole rows; it returns the log-sum-exp the
+// backward needs.
 //
 // PyTorch's CPU flash-attention backward runs its block products through small calls of the
 // matrix library and converts between bfloat16 and float32 around each: on a 2-core AMX Xeon it
@@ -102,6 +107,10 @@ void pack_transposed(bf16* dst, Src a, int stride, int d) {  // [d x stride]: ds
     for (int t0 = 0; t0 < stride; t0 += 16)
         for (int c = 0; c < d; c++)
             for (int t = t0; t < t0 + 16; t++) dst[(int64_t)c * stride + t] = t < a.n ? a.p[t * a.s + c] : 0;
+}
+
+inline __mmask16 first16(int64_t n) {  // the first n lanes (all for n >= 16, none for n <= 0)
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
 // 16 lanes of 32 bits from rows t0.. of a (t0 + lane < a.n, else 0) at 32-bit column c2 (a.s even).
@@ -265,6 +274,61 @@ void unit(const Args& a, Scratch& w, int64_t b, int64_t h, float* pk, float* pv)
     }
 }
 
+// The forward pass of one block of 32 queries (i0..) of query head h of row b: out rows, lse.
+struct Forward {
+    const bf16 *q, *k, *v;
+    const int64_t* lens;
+    bf16* out;
+    float* lse;
+    int64_t sq[3], sk[3], sv[3], so[3];
+    int64_t b, hq, hk, tq, tk, d;
+    float scale;
+};
+
+void forward_block(const Forward& a, const bf16* ktv, const bf16* vv, int64_t tks, int64_t b, int64_t h, int i0,
+                   float* s, bf16* p, bf16* qb, float* o) {
+    const int d = (int)a.d, rows = (int)(a.tq - i0 < BLK ? a.tq - i0 : BLK);
+    const int64_t off = a.tk - a.tq, len = a.lens ? (a.lens[b] < a.tk ? a.lens[b] : a.tk) : a.tk;
+    float* lse = a.lse + (b * a.hq + h) * a.tq + i0;
+    bf16* out = a.out + b * a.so[0] + h * a.so[1] + i0 * a.so[2];
+    int64_t keys = off + i0 + BLK < len ? off + i0 + BLK : len;  // the most any query of the block sees
+    if (keys <= 0) {
+        for (int r = 0; r < rows; r++) lse[r] = -INFINITY, memset(out + r * a.so[2], 0, 2 * d);
+        return;
+    }
+    const int kl = (int)((keys + BLK - 1) / BLK * BLK);
+    pack_rows(qb, Src{a.q + b * a.sq[0] + h * a.sq[1] + i0 * a.sq[2], a.sq[2], rows}, BLK, d);
+    for (int n = 0; n < kl; n += BLK) gemm(s + n, tks, qb, d, ktv + n * d, 2 * BLK, BLK, BLK, d, false);
+    const __m512 scale = _mm512_set1_ps(a.scale);
+    float norm[BLK];
+    for (int r = 0; r < BLK; r++) {
+        float* sr = s + r * tks;
+        bf16* pr = p + r * tks;
+        int64_t seen = off + i0 + r + 1 < len ? off + i0 + r + 1 : len;  // keys [0, seen)
+        if (r >= rows || seen <= 0) seen = 0;
+        __m512 m = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < seen; j += 16)
+            m = _mm512_mask_max_ps(m, first16(seen - j), m, _mm512_mul_ps(_mm512_loadu_ps(sr + j), scale));
+        const float top = seen ? _mm512_reduce_max_ps(m) : 0.0f;
+        __m512 sum = _mm512_setzero_ps();
+        for (int j = 0; j < kl; j += 16) {
+            __m512 e = _mm512_maskz_mov_ps(first16(seen - j), exp_neg(_mm512_fmsub_ps(_mm512_loadu_ps(sr + j), scale,
+                                                                                     _mm512_set1_ps(top))));
+            sum = _mm512_add_ps(sum, e);
+            _mm256_storeu_si256((__m256i*)(pr + j), (__m256i)_mm512_cvtneps_pbh(e));
+        }
+        float l = _mm512_reduce_add_ps(sum);
+        norm[r] = l > 0 ? 1.0f / l : 0.0f;
+        if (r < rows) lse[r] = l > 0 ? top + logf(l) : -INFINITY;
+    }
+    gemm(o, d, p, tks, vv, 2 * d, BLK, d, kl, false);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < d; c += 16)
+            _mm256_storeu_si256((__m256i*)(out + r * a.so[2] + c),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(o + r * d + c),
+                                                                          _mm512_set1_ps(norm[r]))));
+}
+
 bool amx_ready() {
     static int ready = -1;
     if (ready < 0) {
@@ -277,6 +341,41 @@ bool amx_ready() {
 }  // namespace
 
 extern "C" int arft_attention_backward_caps() { return amx_ready() ? 1 : 0; }
+
+// out [B, Hq, Tq, D] (strided) and lse [B, Hq, Tq] (float32, contiguous) of softmax attention
+// under the backward's mask (below): q [B, Hq, Tq, D], k, v [B, Hk, Tk, D] bfloat16 strided, lens
+// int64 [B] or null. 0, or 1 where it cannot run.
+extern "C" int arft_attention_forward(const bf16* q, const int64_t* sq, const bf16* k, const int64_t* sk,
+                                      const bf16* v, const int64_t* sv, const int64_t* lens, bf16* out,
+                                      const int64_t* so, float* lse, int64_t b, int64_t hq, int64_t hk, int64_t tq,
+                                      int64_t tk, int64_t d, float scale, int threads) {
+    if (!amx_ready() || d % 32 || d > 256 || hk < 1 || hq % hk || tq > tk || tq < 1) return 1;
+    Forward a{q, k, v, lens, out, lse};
+    memcpy(a.sq, sq, 24), memcpy(a.sk, sk, 24), memcpy(a.sv, sv, 24), memcpy(a.so, so, 24);
+    a.b = b, a.hq = hq, a.hk = hk, a.tq = tq, a.tk = tk, a.d = d, a.scale = scale;
+    const int64_t tkp = (tk + BLK - 1) / BLK * BLK, tks = tkp + BLK, blocks = (tq + BLK - 1) / BLK;
+    std::vector<bf16> ktv(b * hk * tkp * d), vv(b * hk * tkp * d);  // Kᵀ and V as the products' B, per head
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp for
+        for (int64_t u = 0; u < b * hk; u++) {
+            int64_t bb = u / hk, g = u % hk;
+            pack_vnni_cols(&ktv[u * tkp * d], Src{k + bb * sk[0] + g * sk[1], sk[2], (int)tk}, (int)tkp, (int)d);
+            pack_vnni_rows(&vv[u * tkp * d], Src{v + bb * sv[0] + g * sv[1], sv[2], (int)tk}, (int)tkp, (int)d);
+        }
+        configure();
+        std::vector<float> s(BLK * tks), o(BLK * d);
+        std::vector<bf16> p(BLK * tks), qb(BLK * d);
+#pragma omp for schedule(dynamic)
+        for (int64_t u = 0; u < b * hq * blocks; u++) {
+            int64_t bb = u / (hq * blocks), h = u / blocks % hq, kv = bb * hk + h / (hq / hk);
+            forward_block(a, &ktv[kv * tkp * d], &vv[kv * tkp * d], tks, bb, h, (int)(u % blocks * BLK), s.data(),
+                          p.data(), qb.data(), o.data());
+        }
+        _tile_release();
+    }
+    return 0;
+}
 
 // dq, dk, dv of softmax attention (module doc). q, o, go, gq [B, Hq, Tq, D]; k, v, gk, gv
 // [B, Hk, Tk, D]: bfloat16, strided (the last dimension contiguous); lse float32 [B, Hq, Tq] (strided); lens
@@ -326,6 +425,11 @@ extern "C" int arft_attention_backward(const bf16* q, const int64_t* sq, const b
 }
 #else
 extern "C" int arft_attention_backward_caps() { return 0; }
+extern "C" int arft_attention_forward(const void*, const int64_t*, const void*, const int64_t*, const void*,
+                                      const int64_t*, const int64_t*, void*, const int64_t*, float*, int64_t, int64_t,
+                                      int64_t, int64_t, int64_t, int64_t, float, int) {
+    return 1;
+}
 extern "C" int arft_attention_backward(const void*, const int64_t*, const void*, const int64_t*, const void*,
                                        const int64_t*, const void*, const int64_t*, const void*, const int64_t*,
                                        const float*, const int64_t*, const int64_t*, void*, const int64_t*, void*,
