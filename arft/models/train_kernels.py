@@ -89,7 +89,8 @@ class TrainKernels:
         self._check(out, grad, grad, None)
         if out.shape != q.shape or grad.shape != q.shape or lse.shape != (b, hq, tq) or lse.dtype != torch.float32:
             raise ValueError("arft CPU kernels: attention_backward needs out and grad shaped like q and a float32 lse "
-                             f"[B, Hq, Tq] (got {tuple(out.shape)}, {tuple(grad.shape)}, {lse.dtype} {tuple(lse.shape)})")
+                             f"[B, Hq, Tq] (got {tuple(out.shape)}, {tuple(grad.shape)}, {lse.dtype} "
+                             f"{tuple(lse.shape)})")
         gq, gk, gv = (torch.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
         args = [x for t in (q, k, v, out, grad) for x in (t.data_ptr(), _strides(t))]
         args += [lse.data_ptr(), (ctypes.c_int64 * 3)(*lse.stride())]
