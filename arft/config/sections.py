@@ -209,10 +209,13 @@ class TrainingSpec(Spec):
     passes of their own: the same gradient, 1.2-1.3x faster updates where bf16 is native
     (bench/update_throughput.py --fused). Layers with adapter dropout keep peft's forward."""
     cpu_kernels: bool = True
-    """Run the update's RMSNorms (float32 activations on the CPU) as one function on arft's CPU
-    kernels (``arft.models.cpu_kernels``: AVX-512, built on first use with the system's C++
-    compiler) instead of Hugging Face's six operations and their backward: the same gradient
-    within float32 rounding. Where the kernels cannot run, Hugging Face's norm runs."""
+    """Run the update's elementwise steps and attention on arft's CPU kernels
+    (``arft.models.cpu_kernels``, built on first use with the system's C++ compiler) instead of
+    PyTorch's several passes each: RMSNorm, the rotary embedding, the MLP's ``silu(gate) * up``
+    and the sampled tokens' logprobs and entropy in one pass each way (AVX-512), and causal
+    attention's forward and backward on AMX tiles (bf16 on Intel Sapphire Rapids and later):
+    1.6-1.7x faster updates of the embedded model there (bench/update_throughput.py --kernels),
+    the same gradient within bf16/float32 rounding. Where a kernel cannot run, PyTorch's does."""
     updates_per_batch: int = 1
     """Optimizer steps per batch of rollouts (minibatch passes; >1 uses the clipped ratio)."""
     normalize_std: bool = True

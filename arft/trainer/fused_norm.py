@@ -19,7 +19,6 @@ through the policy, a GPU, mixed dtypes) is the module's own forward.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -27,6 +26,7 @@ from torch.autograd.function import once_differentiable
 
 from arft.models import cpu_kernels
 from arft.trainer import fused_lora
+from arft.trainer.module_forwards import set_forwards
 
 NORMS = ("LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm")
 """Norm classes whose forward is ``weight * (x.float() * rsqrt(mean(x²) + eps)).to(dtype)``."""
@@ -68,19 +68,7 @@ def set_fused(policy: Any, on: bool = True) -> int:
     returns how many have it now (0 where the kernels do not load here). Idempotent; a norm
     whose forward something else replaced (a hub kernel) keeps that one."""
     kernels = cpu_kernels.load() if on else None
-    n = 0
-    for module in policy.modules():
-        if kernels is not None and kernels.small_ops and fusable(module) and "forward" not in module.__dict__:
-            module.forward = functools.partial(_fused_forward, module)  # a partial: the module still pickles
-        elif kernels is None and _is_fused(module):
-            del module.__dict__["forward"]
-        n += _is_fused(module)
-    return n
-
-
-def _is_fused(module: Any) -> bool:
-    forward = module.__dict__.get("forward")
-    return isinstance(forward, functools.partial) and forward.func is _fused_forward
+    return set_forwards(policy, fusable, _fused_forward, kernels is not None and kernels.small_ops)
 
 
 def _fused_forward(module: Any, x: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,7 @@ from torch.autograd.function import once_differentiable
 
 from arft.models import cpu_kernels
 from arft.trainer import fused_lora
+from arft.trainer.module_forwards import set_forwards
 
 MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP")
 ROTARY_MODULES = tuple(f"transformers.models.{m}.modeling_{m}" for m in ("llama", "qwen2", "qwen3", "mistral"))
@@ -164,20 +165,7 @@ def set_fused(policy: Any, on: bool = True) -> int:
     kernels do not run here). Idempotent."""
     set_rotary(on)
     kernels = cpu_kernels.load() if on else None
-    runs = kernels is not None and kernels.small_ops and kernels.train.ops
-    n = 0
-    for module in policy.modules():
-        if runs and fusable(module) and "forward" not in module.__dict__:
-            module.forward = functools.partial(_mlp_forward, module)  # a partial: the module still pickles
-        elif not runs and _is_fused(module):
-            del module.__dict__["forward"]
-        n += _is_fused(module)
-    return n
-
-
-def _is_fused(module: Any) -> bool:
-    forward = module.__dict__.get("forward")
-    return isinstance(forward, functools.partial) and forward.func is _mlp_forward
+    return set_forwards(policy, fusable, _mlp_forward, kernels is not None and kernels.small_ops and kernels.train.ops)
 
 
 def _mlp_forward(module: Any, x: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch
 
 from arft.config import TrainingSpec
 from arft.models import cpu_kernels
-from arft.trainer import fused_lora, fused_ops
+from arft.trainer import fused_lora, fused_norm, fused_ops
 from arft.trainer.learner import Learner, wrap_policy
 from tests.unit.trainer.test_learner import rollout
 
@@ -88,7 +88,8 @@ def test_mlps_fused_only_where_autograd_records_or_in_the_trainers_passes(tiny_m
     assert fused_ops.set_fused(tiny_model, False) == 0 and "forward" not in tiny_model.model.layers[0].mlp.__dict__
 
 
-def test_the_update_is_the_same_with_them_or_without(tiny_model: Any) -> None:
+def test_the_update_is_the_same_with_the_cpu_kernels_or_without(tiny_model: Any) -> None:
+    """``training.cpu_kernels``: fused norms, MLPs, rotations and logprobs (float32 here)."""
     from arft.trainer.batching import to_train_batch
 
     batch = to_train_batch([rollout([5, 6, 7, 8, 9], [0, 0, 1, 1, 1]), rollout([5, 6, 7, 3], [0, 0, 1, 1])],
@@ -100,6 +101,7 @@ def test_the_update_is_the_same_with_them_or_without(tiny_model: Any) -> None:
                           temperature=0.8, pad_id=0)
         stats.append(learner.update(batch))
         assert (fused_ops.set_fused(learner.policy, on) > 0) is on
+        assert (fused_norm.set_fused(learner.policy, on) > 0) is on
     for key in ("update/grad_norm", "update/entropy"):
         assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-5), key
 
