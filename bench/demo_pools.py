@@ -2,7 +2,8 @@
 thread keeping its own (``ARFT_OPENMP_POOLS=keep``, how torch behaves by itself), in one command;
 ``--compare fused``: with the engine's fused pass (``engine.fused_pass``, the default) vs Hugging
 Face's forward (on a bf16 CPU the demo's rollouts sample through the LoRA adapter, which the
-fused pass runs since ``arft.engines.lora_products``).
+fused pass runs since ``arft.engines.lora_products``); ``--compare kernels``: the update on arft's
+CPU kernels (``training.cpu_kernels``, the default) vs PyTorch's operations.
 
 Each arm runs ``arft train examples/calculator/job.yaml`` as its own process (the demo: 10 RL
 steps, evals at steps 0, 5 and 10), the arms taking turns for ``--repeats`` rounds. Printed per
@@ -11,6 +12,7 @@ eval step; then the median wall time of each arm and their ratio.
 
     python bench/demo_pools.py --repeats 2
     python bench/demo_pools.py --compare fused --repeats 2
+    python bench/demo_pools.py --compare kernels --repeats 2
 """
 
 from __future__ import annotations
@@ -30,9 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "examples" / "calculator" / "job.yaml"
 COMPARISONS: dict[str, dict[str, tuple[dict[str, str], dict[str, Any]]]] = {
     "pools": {"one pool": ({}, {}), "pools kept": ({"ARFT_OPENMP_POOLS": "keep"}, {})},
-    "fused": {"fused pass": ({}, {}), "HF forward": ({}, {"fused_pass": False})},
+    "fused": {"fused pass": ({}, {}), "HF forward": ({}, {"engine": {"fused_pass": False}})},
+    "kernels": {"CPU kernels": ({}, {}), "PyTorch's update": ({}, {"training": {"cpu_kernels": False}})},
 }
-"""Each comparison's arms: name -> (environment, ``engine`` section overrides), the default first."""
+"""Each comparison's arms: name -> (environment, job overrides by section), the default first."""
 
 
 def eval_rewards(run_dir: Path) -> dict[int, float]:
@@ -46,16 +49,17 @@ def eval_rewards(run_dir: Path) -> dict[int, float]:
     return rewards
 
 
-def run_demo(env: dict[str, str], engine: dict[str, Any], out: Path) -> tuple[float, dict[int, float]]:
-    """Seconds for one ``arft train`` of the demo job (its ``engine`` section updated with
-    ``engine``), and its eval rewards."""
+def run_demo(env: dict[str, str], overrides: dict[str, Any], out: Path) -> tuple[float, dict[int, float]]:
+    """Seconds for one ``arft train`` of the demo job (its sections updated with ``overrides``),
+    and its eval rewards."""
     import yaml
 
     arft = Path(sys.executable).parent / "arft"
     job = JOB
-    if engine:  # a copy beside the job, so that its relative paths still resolve
+    if overrides:  # a copy beside the job, so that its relative paths still resolve
         spec = yaml.safe_load(JOB.read_text())
-        spec["engine"] = {**spec.get("engine", {}), **engine}
+        for section, values in overrides.items():
+            spec[section] = {**(spec.get(section) or {}), **values}
         job = JOB.with_name(f".demo-{out.name}.yaml")
         job.write_text(yaml.safe_dump(spec))
     try:
@@ -73,17 +77,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="rounds of both arms (default 2)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pools",
                         help="pools: one OpenMP pool vs pools kept (default); "
-                             "fused: the engine's fused pass vs HF's forward")
+                             "fused: the engine's fused pass vs HF's forward; "
+                             "kernels: the update on arft's CPU kernels vs PyTorch's")
     args = parser.parse_args()
     arms = COMPARISONS[args.compare]
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="demo-pools-") as tmp:
         for rep in range(args.repeats):
-            for arm, (env, engine) in arms.items():
-                seconds, rewards = run_demo(env, engine, Path(tmp) / f"{arm.replace(' ', '-')}-{rep}")
+            for arm, (env, overrides) in arms.items():
+                name = "".join(c if c.isalnum() else "-" for c in arm)
+                seconds, rewards = run_demo(env, overrides, Path(tmp) / f"{name}-{rep}")
                 times[arm].append(seconds)
                 shown = " / ".join(f"{rewards[s]:.2f}" for s in sorted(rewards))
-                print(f"  run {rep + 1} {arm:>10}: {seconds:6.1f} s, eval reward at steps "
+                print(f"  run {rep + 1} {arm:>16}: {seconds:6.1f} s, eval reward at steps "
                       f"{sorted(rewards)}: {shown}", flush=True)
     med = {arm: statistics.median(t) for arm, t in times.items()}
     print("median wall time: " + " | ".join(f"{arm} {s:.1f} s" for arm, s in med.items()))
