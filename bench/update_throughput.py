@@ -9,7 +9,8 @@ share of sampled tokens). Model FLOPs per token: 2N forward + 2N backward throug
 17): >= 0.30 of the matmul peak, <= 6 GB peak RSS.
 
 ``--shared N``: the sequences come in groups of ``--group`` (default 4; ``--group`` = ``--seqs``:
-all share it, as the calculator demo's rows share their worked examples) that start with the same N tokens, as a task's rollouts share their prompt. Then the update runs
+all share it, as the calculator demo's rows share their worked examples) that start with the
+same N tokens, as a task's rollouts share their prompt. Then the update runs
 with ``training.share_prefix`` off and on, alternating in the same run, and the ratio is printed
 (tokens/s counts every token of every sequence, shared or not).
 
@@ -151,6 +152,7 @@ def main() -> None:
     learner.update(batch)  # warm-up
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     peaks = []
+    faults = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(args.repeats):
         peaks.append(matmul_peak(args.threads, dtype))
         for arm, switches in arms.items():
@@ -176,8 +178,13 @@ def main() -> None:
     if len(rates) == 2:
         off, on = rates.values()
         print(f"  ratio {list(rates)[1]} / off: {on / off:.2f}x")
-    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    rss_gb = usage.ru_maxrss / 1024 ** 2
     print(f"  peak RSS: {rss_gb:.2f} GB (goal <= 6 GB)")
+    updates = args.repeats * len(arms)
+    print(f"  page faults {(usage.ru_minflt - faults.ru_minflt) / updates:.0f} and kernel time "
+          f"{(usage.ru_stime - faults.ru_stime) / updates:.2f} s an update (after the warm-up), "
+          f"peak RSS {rss_gb:.2f} GB")
 
 
 if __name__ == "__main__":
