@@ -166,7 +166,7 @@ def main() -> None:
     print(f"update {args.seqs} x {args.len} tokens (loss on {args.sampled}/seq"
           f"{f', groups of {args.group} sharing {args.shared}' if args.shared else ''}), LoRA, "
           f"{'bf16 autocast' if autocast else dtype}, micro-batch {spec.micro_batch_size} / "
-          f"{spec.micro_batch_tokens} tokens, checkpointing "
+          f"{learner.micro_batch_tokens} tokens ({spec.micro_batch_tokens}), checkpointing "
           f"{spec.gradient_checkpointing}, {args.threads} threads, median of {args.repeats}")
     print(f"  {dtype} matmul peak (2048^2, same run): {peak:.1f} GFLOP/s")
     rates = {}

@@ -110,11 +110,20 @@ class Learner:
         """``loss.token_logprobs`` as the spec says (the shared prefix, the CPU kernels)."""
         return token_logprobs(model, mb, temperature, self._share_prefix, self.spec.cpu_kernels)
 
+    @property
+    def micro_batch_tokens(self) -> int | None:
+        """``training.micro_batch_tokens`` resolved: ``auto`` by the activations' dtype (bf16
+        under autocast or with bf16 weights: 4096, else 1536)."""
+        import torch
+
+        bf16 = isinstance(self._autocast(), torch.autocast) or next(self.policy.parameters()).dtype == torch.bfloat16
+        return auto.micro_batch_tokens(self.spec.micro_batch_tokens, bf16)
+
     def _micro_batches(self, batch: TrainBatch) -> list[Tensors]:
         """``batch`` split as the spec says; when the prefix is shared the token budget counts
         each micro-batch's common prefix once, as the passes run it."""
         spec = self.spec
-        return micro_batches(batch, spec.micro_batch_size, self.pad_id, spec.micro_batch_tokens,
+        return micro_batches(batch, spec.micro_batch_size, self.pad_id, self.micro_batch_tokens,
                              self._share_prefix)
 
     def supervised_update(self, batch: TrainBatch) -> dict[str, float]:

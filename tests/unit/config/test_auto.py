@@ -35,6 +35,29 @@ def test_bf16_autocast() -> None:
     assert auto.bf16_autocast("auto", lambda: False) is False
 
 
+def test_micro_batch_tokens_follow_the_activations_dtype() -> None:
+    assert (auto.micro_batch_tokens("auto", True), auto.micro_batch_tokens("auto", False)) == (4096, 1536)
+    assert auto.micro_batch_tokens(700, True) == 700 and auto.micro_batch_tokens(None, False) is None
+
+
+def test_the_learner_resolves_micro_batch_tokens_by_its_activations(tokenizer: object) -> None:
+    import torch
+
+    from arft.config import TrainingSpec
+    from arft.models.loading import tiny_model
+    from arft.trainer.learner import Learner, wrap_policy
+
+    for dtype, autocast, want in ((torch.float32, False, 1536), (torch.bfloat16, False, 4096),
+                                  (torch.float32, True, 4096)):
+        spec = TrainingSpec(bf16_autocast=autocast)
+        learner = Learner(wrap_policy(tiny_model(tokenizer).to(dtype), spec, 0), spec, lr=1e-3, total_steps=1,
+                          temperature=1.0, pad_id=0)
+        assert learner.micro_batch_tokens == want, (dtype, autocast)
+    spec = TrainingSpec(micro_batch_tokens=512)
+    assert Learner(wrap_policy(tiny_model(tokenizer), spec, 0), spec, lr=1e-3, total_steps=1, temperature=1.0,
+                   pad_id=0).micro_batch_tokens == 512
+
+
 def test_constrained_tool_calls() -> None:
     assert auto.constrained_tool_calls("auto", True, "E") and not auto.constrained_tool_calls("auto", False, "E")
     assert not auto.constrained_tool_calls(False, True, "E")
