@@ -6,7 +6,8 @@ embedded model on a 2-core AMX Xeon, at ~0.1 TFLOP/s. ``FlashAttention`` runs bo
 ``CpuKernels.train`` (``kernels/train_attention.cpp``): the forward as two long AMX products per
 block of 32 queries around a float32 softmax of whole rows (returning the log-sum-exp), the
 backward as FlashAttention-2 on AMX tiles; ~1.6x and ~4x PyTorch's on that CPU
-(``bench/train_attention.py``), with the same precision (tested against float64).
+(``bench/train_attention.py``), with errors against float64 like PyTorch's (dQ's a bfloat16
+rounding more, dK's and dV's smaller; tested).
 
 ``set_fused(policy, on)`` marks the policy's attention layers and gives the model the attention
 function ``attention`` (registered with Hugging Face as ``NAME``; the engine's cascade attention
@@ -35,6 +36,9 @@ NAME = "arft_train"
 MARK = "_arft_train_attention"
 """The attribute that marks an attention layer for the kernel (``set_fused``)."""
 _SPECIAL = ("position_bias", "softcap", "s_aux", "sliding_window")
+MAX_SCORES = 1 << 24
+"""Queries × keys a head at most (16k × 1k, 4k × 4k): the backward keeps a head's dSᵀ, 2 bytes a
+score, per thread; longer sequences run ``sdpa``."""
 _LAST: list[Any] = []
 """The last mask planned, with its plan: a forward passes one mask to every layer."""
 
@@ -85,7 +89,7 @@ def attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "t
     """Hugging Face attention-function signature: ``query`` ``[B, Hq, q, D]``, ``key``/``value``
     ``[B, Hk, T, D]``; returns ``[B, q, Hq, D]``. The kernel where it applies (module doc), else
     Hugging Face's ``sdpa``."""
-    kernels = cpu_kernels.load()
+    kernels = cpu_kernels.load() if getattr(module, MARK, False) else None  # unmarked: no kernel to load
     if kernels is not None and takes(module, query, key, value, dropout, kwargs, kernels):
         plan = _plan(attention_mask, query, key.shape[2])
         if plan is not None:
@@ -100,19 +104,21 @@ def attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "t
 
 def takes(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", dropout: float,
           kwargs: dict[str, Any], kernels: cpu_kernels.CpuKernels) -> bool:
-    """Whether the call is one the kernels run (the mask aside): a marked causal layer, a
-    recorded gradient or the trainer's own pass, bfloat16 on the CPU (even strides), heads of a
-    multiple of 32, queries the last of the keys, no dropout or score shaping."""
+    """Whether the call is one the kernels run (the mask aside): a marked causal layer (no
+    ``is_causal=False``), a recorded gradient or the trainer's own pass, bfloat16 on the CPU
+    (even strides), heads of a multiple of 32 up to 256, queries the last of the keys (at most
+    ``MAX_SCORES`` scores a head), no dropout or score shaping."""
     import torch
 
     tensors = (query, key, value)
-    return (getattr(module, MARK, False) and getattr(module, "is_causal", True)
+    return (getattr(module, MARK, False) and getattr(module, "is_causal", True) and kwargs.get("is_causal") is not False
             and kernels.train.attention_backward_runs
             and ((torch.is_grad_enabled() and any(x.requires_grad for x in tensors)) or bool(TRAINER_PASSES))
             and not dropout and all(kwargs.get(k) is None for k in _SPECIAL)
             and all(x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.dim() == 4 and x.stride(-1) == 1
                     and not any(s % 2 for s in x.stride()[:-1]) for x in tensors)
-            and query.shape[-1] % 32 == 0 and key.shape[-1] == query.shape[-1] and key.shape == value.shape
+            and query.shape[-1] % 32 == 0 and query.shape[-1] <= 256 and key.shape[-1] == query.shape[-1]
+            and key.shape == value.shape and query.shape[2] * key.shape[2] <= MAX_SCORES
             and 1 < query.shape[2] <= key.shape[2] and query.shape[1] % key.shape[1] == 0
             and query.shape[0] == key.shape[0])
 
@@ -124,20 +130,20 @@ def _plan(mask: "torch.Tensor | None", query: "torch.Tensor", tk: int) -> tuple[
     b, tq = query.shape[0], query.shape[2]
     if mask is None:  # sdpa's is_causal: top-left, which is causal with the queries last only at Tq == Tk
         return (None,) if tq == tk else None
-    if _LAST and _LAST[0] is mask and _LAST[1] == (mask._version, b):
-        return _LAST[2]
-    plan = _masked_plan(mask, b, tq)
-    _LAST[:] = [mask, (mask._version, b), plan]
+    last = _LAST[0] if _LAST else None  # one read: another thread may replace it
+    if last is not None and last[0] is mask and last[1] == (mask._version, b, tk):
+        return last[2]
+    plan = _masked_plan(mask, b, tq, tk)
+    _LAST[:] = [(mask, (mask._version, b, tk), plan)]
     return plan
 
 
-def _masked_plan(mask: "torch.Tensor", b: int, tq: int) -> tuple[Any] | None:
+def _masked_plan(mask: "torch.Tensor", b: int, tq: int, tk: int) -> tuple[Any] | None:
     import torch
 
     if mask.dtype != torch.bool or mask.dim() != 4 or mask.shape[1] != 1 or mask.shape[0] not in (1, b) \
-            or mask.shape[2] != tq or mask.device.type != "cpu":
+            or tuple(mask.shape[2:]) != (tq, tk) or mask.device.type != "cpu":
         return None
-    tk = mask.shape[3]
     lens = mask[:, 0, -1].sum(-1)  # the last query sees every real key
     i = torch.arange(tq).unsqueeze(1) + (tk - tq)
     want = (torch.arange(tk) <= i) & (torch.arange(tk) < lens.view(-1, 1, 1))

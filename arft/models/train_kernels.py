@@ -1,5 +1,5 @@
 """The update's kernels in arft's CPU kernel library (``arft.models.cpu_kernels`` builds and loads
-it; ``CpuKernels.train`` is this): attention's backward pass on AMX
+it; ``CpuKernels.train`` is this): causal attention's forward and backward passes on AMX
 (``kernels/train_attention.cpp``, used by ``arft.models.train_attention``), and the sampled
 tokens' logprobs and entropy, and the gradient of the MLP's ``silu(gate) * up``
 (``kernels/train_ops.cpp``, AVX-512; used by ``arft.trainer.fused_ops``). Each is one pass where
@@ -18,8 +18,8 @@ _I64, _PTR, _INT, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c
 
 
 class TrainKernels:
-    """``attention_backward`` where ``attention_backward_runs``; ``token_logprobs``, its backward
-    and ``silu_mul_backward`` where ``ops``."""
+    """``attention_forward`` and ``attention_backward`` where ``attention_backward_runs``;
+    ``token_logprobs``, its backward, ``rope`` and ``silu_mul_backward`` where ``ops``."""
 
     def __init__(self, lib: Any) -> None:
         self._attn_back = lib.arft_attention_backward
@@ -63,13 +63,16 @@ class TrainKernels:
     def _check(self, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", lens: "torch.Tensor | None") -> None:
         import torch
 
+        tensors = (q, k, v)
         if (any(x.dtype != torch.bfloat16 or x.stride(-1) != 1 or x.device.type != "cpu" or x.dim() != 4
-                or any(s % 2 for s in x.stride()[:-1]) for x in (q, k, v))
-                or k.shape != v.shape or (lens is not None and (lens.shape != q.shape[:1] or lens.dtype != torch.int64
-                                                                or not lens.is_contiguous()))):
-            raise ValueError("arft CPU kernels: attention needs bfloat16 q, k, v [B, H, T, D] with a contiguous last "
-                             "dimension and even strides, and int64 lens [B] (got "
-                             f"{[(x.dtype, tuple(x.shape), x.stride()) for x in (q, k, v)]})")
+                or any(s % 2 for s in x.stride()[:-1]) for x in tensors)
+                or k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1] or k.shape[1] < 1
+                or q.shape[1] % k.shape[1]
+                or (lens is not None and (lens.shape != q.shape[:1] or lens.dtype != torch.int64
+                                          or not lens.is_contiguous()))):
+            raise ValueError("arft CPU kernels: attention needs bfloat16 q [B, Hq, Tq, D] and k, v [B, Hk, Tk, D] "
+                             "(Hq a multiple of Hk) with a contiguous last dimension and even strides, and int64 "
+                             f"lens [B] (got {[(x.dtype, tuple(x.shape), x.stride()) for x in tensors]})")
 
     def attention_backward(self, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", out: "torch.Tensor",
                            grad: "torch.Tensor", lse: "torch.Tensor", lens: "torch.Tensor | None",

@@ -35,10 +35,11 @@ from arft.trainer import fused_lora
 from arft.trainer.module_forwards import set_forwards
 
 MLPS = ("LlamaMLP", "Qwen2MLP", "Qwen3MLP", "MistralMLP")
+"""MLP classes whose forward is ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``."""
 ROTARY_MODULES = tuple(f"transformers.models.{m}.modeling_{m}" for m in ("llama", "qwen2", "qwen3", "mistral"))
 """Modelling modules whose ``apply_rotary_pos_emb(q, k, cos, sin)`` the fused rotation replaces."""
 _ROTARY_ON = [False]
-"""MLP classes whose forward is ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``."""
+"""Process-wide: the learner sets it at each update from its ``training.cpu_kernels``."""
 
 
 class TokenLogprobs(torch.autograd.Function):
@@ -127,9 +128,16 @@ def _rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
             and all(x.device.type == "cpu" and x.dim() == 4 and x.dtype == cos.dtype and x.stride(-1) == 1
                     for x in (q, k))
             and cos.dtype in (torch.bfloat16, torch.float32) and cos.dim() == 3 and cos.stride(-1) == 1
-            and cos.shape == sin.shape and cos.stride() == sin.stride()):
+            and cos.shape == sin.shape and cos.stride() == sin.stride() and _halves_equal(cos, sin)):
         return Rotary.apply(q, cos, sin, kernels), Rotary.apply(k, cos, sin, kernels)
     return original(q, k, cos, sin, *args, **kwargs)
+
+
+def _halves_equal(cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Whether both halves of the last dimension of ``cos`` and ``sin`` agree (``cat(freqs,
+    freqs)``, as Llama's), which the gradient as the rotation by ``-sin`` assumes."""
+    half = cos.shape[-1] // 2
+    return bool(torch.equal(cos[..., :half], cos[..., half:]) and torch.equal(sin[..., :half], sin[..., half:]))
 
 
 def set_rotary(on: bool) -> int:

@@ -34,6 +34,7 @@
 namespace {
 typedef uint16_t bf16;
 constexpr int BLK = 32;  // keys and queries a block (two tile rows)
+constexpr int64_t MAX_SCORES = (int64_t)1 << 26;  // queries x keys a head: the backward keeps dSᵀ per thread
 
 struct TileConfig {
     uint8_t palette, start;
@@ -44,7 +45,8 @@ struct TileConfig {
 
 // Every tile 16 rows of 64 bytes; set on each thread that uses the tiles, released after.
 void configure() {
-    alignas(64) static const TileConfig c = {1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+    alignas(64) static const TileConfig c = {1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64},
+                                             {16, 16, 16, 16, 16, 16, 16, 16}};
     _tile_loadconfig(&c);
 }
 
@@ -144,10 +146,12 @@ void pack_vnni_cols(bf16* dst, Src a, int np, int d) {
                 _mm512_storeu_si512(dst + (int64_t)t0 * d + c2 * 2 * BLK + (t - t0) * 2, column32(a, t, c2));
 }
 
-// exp(x) for x <= ~0 to ~1e-6 (P is rounded to bfloat16): 0 below -87, NaN stays NaN.
+// exp(x) for x <= ~0 to ~1e-6 (P is rounded to bfloat16): exp(-87) ~ 1.6e-38 below -87 (masked
+// scores are zeroed by their callers), NaN stays NaN.
 inline __m512 exp_neg(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
     __m512 p = _mm512_set1_ps(1.0f / 120);
@@ -174,11 +178,11 @@ struct Scratch {
     int tqp, tkp, tqs, tks;
     std::vector<bf16> kr, vr, kt, qtv, gotv, qv, gov, pt, gst, gstv;
     std::vector<float> lse, delta, gqt, st, gpt;
-    Scratch(int tq, int tk, int d)
+    Scratch(int tq, int tk, int64_t d)
         : tqp((tq + BLK - 1) / BLK * BLK), tkp((tk + BLK - 1) / BLK * BLK), tqs(tqp + BLK), tks(tkp + BLK),
           kr(tkp * d), vr(tkp * d), kt(d * tks), qtv(tqp * d), gotv(tqp * d), qv(tqp * d), gov(tqp * d),
-          pt(BLK * tqs), gst(BLK * tqs), gstv(tkp * tqs), lse(tqp), delta(tqp), gqt(tqp * d), st(BLK * tqs),
-          gpt(BLK * tqs) {}
+          pt((int64_t)BLK * tqs), gst((int64_t)BLK * tqs), gstv((int64_t)tkp * tqs), lse(tqp), delta(tqp),
+          gqt(tqp * d), st((int64_t)BLK * tqs), gpt((int64_t)BLK * tqs) {}
 };
 
 // Pᵀ and scale dSᵀ of keys j0.. (one block) for queries from i0 on, from Sᵀ and dPᵀ, rounded to
@@ -237,7 +241,8 @@ void unit(const Args& a, Scratch& w, int64_t b, int64_t h, float* pk, float* pv)
         float l = i < tq ? a.lse[b * a.slse[0] + h * a.slse[1] + i * a.slse[2]] : INFINITY;
         w.lse[i] = isfinite(l) ? l : INFINITY;  // no key seen: P = 0
         __m512 s = _mm512_setzero_ps();
-        for (int c = 0; i < tq && c < d; c += 16) s = _mm512_fmadd_ps(widen(go.p + i * go.s + c), widen(o + i * a.so[2] + c), s);
+        for (int c = 0; i < tq && c < d; c += 16)
+            s = _mm512_fmadd_ps(widen(go.p + i * go.s + c), widen(o + i * a.so[2] + c), s);
         w.delta[i] = _mm512_reduce_add_ps(s);
     }
     for (int j0 = 0; j0 < len; j0 += BLK) {
@@ -248,7 +253,8 @@ void unit(const Args& a, Scratch& w, int64_t b, int64_t h, float* pk, float* pv)
         }
         for (int i0 = first; i0 < tqp; i0 += BLK) {
             gemm(w.st.data() + i0, w.tqs, w.kr.data() + j0 * d, d, w.qtv.data() + i0 * d, 2 * BLK, BLK, BLK, d, false);
-            gemm(w.gpt.data() + i0, w.tqs, w.vr.data() + j0 * d, d, w.gotv.data() + i0 * d, 2 * BLK, BLK, BLK, d, false);
+            gemm(w.gpt.data() + i0, w.tqs, w.vr.data() + j0 * d, d, w.gotv.data() + i0 * d, 2 * BLK, BLK, BLK, d,
+                 false);
         }
         softmax_row(w, a, j0, first, off, len);
         gemm(pv + j0 * d, d, w.pt.data() + first, w.tqs, w.gov.data() + first * d, 2 * d, BLK, d, tqp - first, false);
@@ -259,7 +265,9 @@ void unit(const Args& a, Scratch& w, int64_t b, int64_t h, float* pk, float* pv)
     for (int i0 = 0; i0 < tqp; i0 += BLK) {  // dQᵀ of each query block, over the keys it sees
         int64_t keys = off + i0 + BLK < len ? off + i0 + BLK : len;
         keys = (keys + BLK - 1) / BLK * BLK;
-        if (keys > 0) gemm(w.gqt.data() + i0 * d, BLK, w.kt.data(), w.tks, w.gstv.data() + i0 * 2, 2 * w.tqs, d, BLK, (int)keys, false);
+        if (keys > 0)
+            gemm(w.gqt.data() + i0 * d, BLK, w.kt.data(), w.tks, w.gstv.data() + i0 * 2, 2 * w.tqs, d, BLK, (int)keys,
+                 false);
         else memset(w.gqt.data() + i0 * d, 0, sizeof(float) * BLK * d);
     }
     bf16* gq = a.gq + b * a.sgq[0] + h * a.sgq[1];
@@ -349,7 +357,8 @@ extern "C" int arft_attention_forward(const bf16* q, const int64_t* sq, const bf
                                       const bf16* v, const int64_t* sv, const int64_t* lens, bf16* out,
                                       const int64_t* so, float* lse, int64_t b, int64_t hq, int64_t hk, int64_t tq,
                                       int64_t tk, int64_t d, float scale, int threads) {
-    if (!amx_ready() || d % 32 || d > 256 || hk < 1 || hq % hk || tq > tk || tq < 1) return 1;
+    if (!amx_ready() || d % 32 || d > 256 || hk < 1 || hq % hk || tq > tk || tq < 1 || tq * tk > MAX_SCORES)
+        return 1;
     Forward a{q, k, v, lens, out, lse};
     memcpy(a.sq, sq, 24), memcpy(a.sk, sk, 24), memcpy(a.sv, sv, 24), memcpy(a.so, so, 24);
     a.b = b, a.hq = hq, a.hk = hk, a.tq = tq, a.tk = tk, a.d = d, a.scale = scale;
@@ -387,7 +396,8 @@ extern "C" int arft_attention_backward(const bf16* q, const int64_t* sq, const b
                                        const int64_t* lens, bf16* gq, const int64_t* sgq, bf16* gk, const int64_t* sgk,
                                        bf16* gv, const int64_t* sgv, int64_t b, int64_t hq, int64_t hk, int64_t tq,
                                        int64_t tk, int64_t d, float scale, int threads) {
-    if (!amx_ready() || d % 32 || d > 256 || hk < 1 || hq % hk || tq > tk || tq < 1) return 1;
+    if (!amx_ready() || d % 32 || d > 256 || hk < 1 || hq % hk || tq > tk || tq < 1 || tq * tk > MAX_SCORES)
+        return 1;
     Args a{q, k, v, o, go, lse, lens, gq, gk, gv};
     memcpy(a.sq, sq, 24), memcpy(a.sk, sk, 24), memcpy(a.sv, sv, 24), memcpy(a.so, so, 24), memcpy(a.sgo, sgo, 24);
     memcpy(a.slse, slse, 24), memcpy(a.sgq, sgq, 24), memcpy(a.sgk, sgk, 24), memcpy(a.sgv, sgv, 24);

@@ -1,5 +1,5 @@
-"""Attention's backward pass on arft's AMX kernel (``arft.models.train_attention``,
-``kernels/train_attention.cpp``): gradients as close to float64's as PyTorch's flash backward
+"""Attention on arft's AMX kernels (``arft.models.train_attention``,
+``kernels/train_attention.cpp``): gradients within 2x the error against float64 of PyTorch's flash backward
 (grouped queries, right padding, queries after a shared prefix, heads of 32-128, lengths off the
 block size, strided inputs), and the forward's output and log-sum-exp too; masked keys get none;
 only the masks it reproduces are taken; a model's update takes it only where it applies, with
@@ -39,6 +39,7 @@ CASES = [  # b, hq, hk, tq, tk, d, padding step
     (3, 4, 4, 70, 100, 64, 13),  # queries after 30 shared positions, right padding
     (2, 2, 1, 33, 33, 128, 5),
     (1, 3, 1, 64, 64, 64, 20),
+    (2, 4, 2, 33, 100, 64, 60),  # the second row's 40 keys end before the queries' offset (67)
 ]
 
 
@@ -104,6 +105,7 @@ def test_it_takes_only_the_masks_it_reproduces() -> None:
     left[1, :, :, :2] = False  # left padding
     assert train_attention._plan(left, q, 8) is None
     assert train_attention._plan(torch.ones(2, 1, 8, 8, dtype=torch.bool), q, 8) is None  # not causal
+    assert train_attention._plan(causal(2, 8, 12, [12, 12]), q, 10) is None  # wider than the keys
     assert train_attention._plan(causal(2, 8, 8, [8, 8]).float(), q, 8) is None  # an additive mask
 
 

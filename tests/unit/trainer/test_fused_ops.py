@@ -88,20 +88,31 @@ def test_mlps_fused_only_where_autograd_records_or_in_the_trainers_passes(tiny_m
     assert fused_ops.set_fused(tiny_model, False) == 0 and "forward" not in tiny_model.model.layers[0].mlp.__dict__
 
 
-def test_the_update_is_the_same_with_the_cpu_kernels_or_without(tiny_model: Any) -> None:
+def test_the_update_is_the_same_with_the_cpu_kernels_or_without(tiny_model: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """``training.cpu_kernels``: fused norms, MLPs, rotations and logprobs (float32 here)."""
     from arft.trainer.batching import to_train_batch
 
+    ran: dict[str, int] = {}
+    for function in (fused_ops.TokenLogprobs, fused_ops.SiluMul, fused_ops.Rotary):
+        apply = function.apply
+        monkeypatch.setattr(function, "apply", lambda *a, f=function, apply=apply: ran.update(
+            {f.__name__: ran.get(f.__name__, 0) + 1}) or apply(*a))
     batch = to_train_batch([rollout([5, 6, 7, 8, 9], [0, 0, 1, 1, 1]), rollout([5, 6, 7, 3], [0, 0, 1, 1])],
                            [1.0, -1.0])
     stats = []
-    for on in (False, True):
-        spec = TrainingSpec(cpu_kernels=on, bf16_autocast=False)
-        learner = Learner(wrap_policy(copy.deepcopy(tiny_model).float(), spec, 0), spec, lr=1e-3, total_steps=4,
-                          temperature=0.8, pad_id=0)
-        stats.append(learner.update(batch))
-        assert (fused_ops.set_fused(learner.policy, on) > 0) is on
-        assert (fused_norm.set_fused(learner.policy, on) > 0) is on
+    try:
+        for on in (False, True):
+            spec = TrainingSpec(cpu_kernels=on, bf16_autocast=False)
+            learner = Learner(wrap_policy(copy.deepcopy(tiny_model).float(), spec, 0), spec, lr=1e-3,
+                              total_steps=4, temperature=0.8, pad_id=0)
+            stats.append(learner.update(batch))
+            assert bool(ran) is on, ran  # the fused paths ran in the update with the kernels only
+            assert (fused_ops.set_fused(learner.policy, on) > 0) is on
+            assert (fused_norm.set_fused(learner.policy, on) > 0) is on
+    finally:
+        fused_ops.set_rotary(False)
+    assert set(ran) == {"TokenLogprobs", "SiluMul", "Rotary"}
     for key in ("update/grad_norm", "update/entropy"):
         assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-5), key
 
