@@ -43,7 +43,9 @@ _LAST: list[Any] = []
 """The last mask planned, with its plan: a forward passes one mask to every layer."""
 
 
-def _function() -> Any:
+@functools.cache
+def flash_attention() -> Any:
+    """The autograd function ``FlashAttention`` (built on first use: torch is imported lazily)."""
     import torch
     from torch.autograd.function import once_differentiable
 
@@ -72,17 +74,6 @@ def _function() -> Any:
     return FlashAttention
 
 
-FlashAttention = None  # type: ignore[assignment]
-"""The autograd function (built on first use: torch is imported lazily)."""
-
-
-def _flash() -> Any:
-    global FlashAttention
-    if FlashAttention is None:
-        FlashAttention = _function()
-    return FlashAttention
-
-
 def attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
               attention_mask: "torch.Tensor | None", dropout: float = 0.0, scaling: float | None = None,
               **kwargs: Any) -> tuple["torch.Tensor", None]:
@@ -94,7 +85,7 @@ def attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "t
         plan = _plan(attention_mask, query, key.shape[2])
         if plan is not None:
             scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-            out = _flash().apply(query, key, value, plan[0], scale, kernels)
+            out = flash_attention().apply(query, key, value, plan[0], scale, kernels)
             return out.transpose(1, 2).contiguous(), None
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -146,7 +137,8 @@ def _masked_plan(mask: "torch.Tensor", b: int, tq: int, tk: int) -> tuple[Any] |
         return None
     lens = mask[:, 0, -1].sum(-1)  # the last query sees every real key
     i = torch.arange(tq).unsqueeze(1) + (tk - tq)
-    want = (torch.arange(tk) <= i) & (torch.arange(tk) < lens.view(-1, 1, 1))
+    j = torch.arange(tk)
+    want = (j <= i) & (j < lens.view(-1, 1, 1))
     if not torch.equal(mask[:, 0], want):
         return None
     return (None,) if bool((lens == tk).all()) else (lens.to(torch.int64).expand(b).contiguous(),)

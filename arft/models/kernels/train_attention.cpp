@@ -87,10 +87,6 @@ void gemm(float* C, int64_t ldc, const bf16* A, int64_t lda, const bf16* B, int6
     }
 }
 
-inline __m512 widen(const bf16* p) {  // 16 bfloat16 values as float32
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
-
 // One strided [n x D] bfloat16 matrix (row stride s), padded with zero rows to np, packed four ways.
 struct Src {
     const bf16* p;
@@ -111,34 +107,32 @@ void pack_transposed(bf16* dst, Src a, int stride, int d) {  // [d x stride]: ds
             for (int t = t0; t < t0 + 16; t++) dst[(int64_t)c * stride + t] = t < a.n ? a.p[t * a.s + c] : 0;
 }
 
-inline __mmask16 first16(int64_t n) {  // the first n lanes (all for n >= 16, none for n <= 0)
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
-
 // 16 lanes of 32 bits from rows t0.. of a (t0 + lane < a.n, else 0) at 32-bit column c2 (a.s even).
 inline __m512i column32(Src a, int t0, int c2) {
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    __mmask16 in = a.n - t0 >= 16 ? (__mmask16)0xffff : a.n <= t0 ? (__mmask16)0 : (__mmask16)((1u << (a.n - t0)) - 1);
+    __mmask16 in = first16(a.n - t0);
     __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(t0)), _mm512_set1_epi32((int)(a.s / 2)));
     return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), in, idx, (const int*)a.p + c2, 4);
 }
 
-void pack_vnni_rows(bf16* dst, Src a, int np, int d) {  // [np/2][d][2]: pairs of rows (B = a)
+// Two rows of 32 bfloat16 values as 32 pairs (x[i], y[i]): the pairs of rows of AMX's B.
+inline void interleave32(bf16* out, __m512i x, __m512i y) {
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    _mm512_storeu_si512(out, _mm512_permutex2var_epi16(x, lo, y));
+    _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi16(x, _mm512_add_epi16(lo, _mm512_set1_epi16(16)), y));
+}
+
+void pack_vnni_rows(bf16* dst, Src a, int np, int d) {  // [np/2][d][2]: pairs of rows (B = a)
     for (int t = 0; t < np; t += 2) {
-        bf16* out = dst + (int64_t)t * d;
         for (int c = 0; c < d; c += 32) {
             __m512i x = t < a.n ? _mm512_loadu_si512(a.p + t * a.s + c) : _mm512_setzero_si512();
             __m512i y = t + 1 < a.n ? _mm512_loadu_si512(a.p + (t + 1) * a.s + c) : _mm512_setzero_si512();
-            _mm512_storeu_si512(out + 2 * c, _mm512_permutex2var_epi16(x, lo, y));
-            _mm512_storeu_si512(out + 2 * c + 32, _mm512_permutex2var_epi16(x, hi, y));
+            interleave32(dst + (int64_t)t * d + 2 * c, x, y);
         }
     }
 }
 
-// Blocks of 32 rows, each as pairs of columns: [np/32][d/2][32][2] (B = aᵀ of a block, ldb 64).
 void pack_vnni_cols(bf16* dst, Src a, int np, int d) {
     for (int t0 = 0; t0 < np; t0 += BLK)
         for (int c2 = 0; c2 < d / 2; c2++)
@@ -163,12 +157,12 @@ inline __m512 exp_neg(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-struct Args {
-    const bf16 *q, *k, *v, *o, *go;
+struct Args {  // what a unit reads and writes (the keys and values arrive packed: KeyPacks)
+    const bf16 *q, *o, *go;
     const float* lse;
     const int64_t* lens;
-    bf16 *gq, *gk, *gv;
-    int64_t sq[3], sk[3], sv[3], so[3], sgo[3], slse[3], sgq[3], sgk[3], sgv[3];
+    bf16* gq;
+    int64_t sq[3], so[3], sgo[3], slse[3], sgq[3];
     int64_t b, hq, hk, tq, tk, d;
     float scale;
 };
@@ -176,11 +170,11 @@ struct Args {
 // Scratch of one thread, sized for the call (row strides padded by a block: no cache aliasing).
 struct Scratch {
     int tqp, tkp, tqs, tks;
-    std::vector<bf16> kr, vr, kt, qtv, gotv, qv, gov, pt, gst, gstv;
+    std::vector<bf16> qtv, gotv, qv, gov, pt, gst, gstv;
     std::vector<float> lse, delta, gqt, st, gpt;
     Scratch(int tq, int tk, int64_t d)
         : tqp((tq + BLK - 1) / BLK * BLK), tkp((tk + BLK - 1) / BLK * BLK), tqs(tqp + BLK), tks(tkp + BLK),
-          kr(tkp * d), vr(tkp * d), kt(d * tks), qtv(tqp * d), gotv(tqp * d), qv(tqp * d), gov(tqp * d),
+          qtv(tqp * d), gotv(tqp * d), qv(tqp * d), gov(tqp * d),
           pt((int64_t)BLK * tqs), gst((int64_t)BLK * tqs), gstv((int64_t)tkp * tqs), lse(tqp), delta(tqp),
           gqt(tqp * d), st((int64_t)BLK * tqs), gpt((int64_t)BLK * tqs) {}
 };
@@ -206,33 +200,29 @@ void softmax_row(Scratch& w, const Args& a, int j0, int i0, int64_t off, int64_t
             _mm256_storeu_si256((__m256i*)&w.gst[at + c], (__m256i)_mm512_cvtneps_pbh(gs));
         }
     }
-    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     for (int r = 0; r < BLK; r += 2) {
         bf16* out = &w.gstv[(int64_t)(j0 + r) / 2 * 2 * w.tqs];
-        for (int c = i0; c < w.tqp; c += 32) {
-            __m512i x = _mm512_loadu_si512(&w.gst[(int64_t)r * w.tqs + c]);
-            __m512i y = _mm512_loadu_si512(&w.gst[(int64_t)(r + 1) * w.tqs + c]);
-            _mm512_storeu_si512(out + 2 * c, _mm512_permutex2var_epi16(x, lo, y));
-            _mm512_storeu_si512(out + 2 * c + 32, _mm512_permutex2var_epi16(x, hi, y));
-        }
+        for (int c = i0; c < w.tqp; c += 32)
+            interleave32(out + 2 * c, _mm512_loadu_si512(&w.gst[(int64_t)r * w.tqs + c]),
+                         _mm512_loadu_si512(&w.gst[(int64_t)(r + 1) * w.tqs + c]));
     }
 }
+
+// A key/value head's keys and values as the products need them, packed once for its query heads:
+// K and V row-major [tkp x d] (A of Sᵀ and dPᵀ) and Kᵀ [d x tks] (A of dQᵀ).
+struct KeyPacks {
+    const bf16 *kr, *vr, *kt;
+};
 
 // One query head of one row: its dQ, and its share of its key/value head's dK and dV (float32,
 // [tkp x d] each at pk and pv). Per block of 32 keys: Sᵀ and dPᵀ against every query that sees
 // it, then dV and dK as one product each over those queries; then dQᵀ, a product over the keys.
-void unit(const Args& a, Scratch& w, int64_t b, int64_t h, float* pk, float* pv) {
-    const int d = (int)a.d, tq = (int)a.tq, tk = (int)a.tk, tqp = w.tqp, tkp = w.tkp;
-    const int64_t g = h / (a.hq / a.hk), off = a.tk - a.tq;
+void unit(const Args& a, Scratch& w, const KeyPacks& kv, int64_t b, int64_t h, float* pk, float* pv) {
+    const int d = (int)a.d, tq = (int)a.tq, tqp = w.tqp, tkp = w.tkp;
+    const int64_t off = a.tk - a.tq;
     const int64_t len = a.lens ? (a.lens[b] < a.tk ? a.lens[b] : a.tk) : a.tk;
     Src q{a.q + b * a.sq[0] + h * a.sq[1], a.sq[2], tq}, go{a.go + b * a.sgo[0] + h * a.sgo[1], a.sgo[2], tq};
-    Src k{a.k + b * a.sk[0] + g * a.sk[1], a.sk[2], tk}, v{a.v + b * a.sv[0] + g * a.sv[1], a.sv[2], tk};
     const bf16* o = a.o + b * a.so[0] + h * a.so[1];
-    pack_rows(w.kr.data(), k, tkp, d);
-    pack_rows(w.vr.data(), v, tkp, d);
-    pack_transposed(w.kt.data(), k, w.tks, d);
     pack_vnni_cols(w.qtv.data(), q, tqp, d);
     pack_vnni_cols(w.gotv.data(), go, tqp, d);
     pack_vnni_rows(w.qv.data(), q, tqp, d);
@@ -242,7 +232,7 @@ void unit(const Args& a, Scratch& w, int64_t b, int64_t h, float* pk, float* pv)
         w.lse[i] = isfinite(l) ? l : INFINITY;  // no key seen: P = 0
         __m512 s = _mm512_setzero_ps();
         for (int c = 0; i < tq && c < d; c += 16)
-            s = _mm512_fmadd_ps(widen(go.p + i * go.s + c), widen(o + i * a.so[2] + c), s);
+            s = _mm512_fmadd_ps(load<true>(go.p + i * go.s + c), load<true>(o + i * a.so[2] + c), s);
         w.delta[i] = _mm512_reduce_add_ps(s);
     }
     for (int j0 = 0; j0 < len; j0 += BLK) {
@@ -252,8 +242,8 @@ void unit(const Args& a, Scratch& w, int64_t b, int64_t h, float* pk, float* pv)
             continue;
         }
         for (int i0 = first; i0 < tqp; i0 += BLK) {
-            gemm(w.st.data() + i0, w.tqs, w.kr.data() + j0 * d, d, w.qtv.data() + i0 * d, 2 * BLK, BLK, BLK, d, false);
-            gemm(w.gpt.data() + i0, w.tqs, w.vr.data() + j0 * d, d, w.gotv.data() + i0 * d, 2 * BLK, BLK, BLK, d,
+            gemm(w.st.data() + i0, w.tqs, kv.kr + j0 * d, d, w.qtv.data() + i0 * d, 2 * BLK, BLK, BLK, d, false);
+            gemm(w.gpt.data() + i0, w.tqs, kv.vr + j0 * d, d, w.gotv.data() + i0 * d, 2 * BLK, BLK, BLK, d,
                  false);
         }
         softmax_row(w, a, j0, first, off, len);
@@ -266,7 +256,7 @@ void unit(const Args& a, Scratch& w, int64_t b, int64_t h, float* pk, float* pv)
         int64_t keys = off + i0 + BLK < len ? off + i0 + BLK : len;
         keys = (keys + BLK - 1) / BLK * BLK;
         if (keys > 0)
-            gemm(w.gqt.data() + i0 * d, BLK, w.kt.data(), w.tks, w.gstv.data() + i0 * 2, 2 * w.tqs, d, BLK, (int)keys,
+            gemm(w.gqt.data() + i0 * d, BLK, kv.kt, w.tks, w.gstv.data() + i0 * 2, 2 * w.tqs, d, BLK, (int)keys,
                  false);
         else memset(w.gqt.data() + i0 * d, 0, sizeof(float) * BLK * d);
     }
@@ -398,19 +388,33 @@ extern "C" int arft_attention_backward(const bf16* q, const int64_t* sq, const b
                                        int64_t tk, int64_t d, float scale, int threads) {
     if (!amx_ready() || d % 32 || d > 256 || hk < 1 || hq % hk || tq > tk || tq < 1 || tq * tk > MAX_SCORES)
         return 1;
-    Args a{q, k, v, o, go, lse, lens, gq, gk, gv};
-    memcpy(a.sq, sq, 24), memcpy(a.sk, sk, 24), memcpy(a.sv, sv, 24), memcpy(a.so, so, 24), memcpy(a.sgo, sgo, 24);
-    memcpy(a.slse, slse, 24), memcpy(a.sgq, sgq, 24), memcpy(a.sgk, sgk, 24), memcpy(a.sgv, sgv, 24);
+    Args a{q, o, go, lse, lens, gq};
+    memcpy(a.sq, sq, 24), memcpy(a.so, so, 24), memcpy(a.sgo, sgo, 24), memcpy(a.slse, slse, 24);
+    memcpy(a.sgq, sgq, 24);
     a.b = b, a.hq = hq, a.hk = hk, a.tq = tq, a.tk = tk, a.d = d, a.scale = scale;
-    const int tqp = (int)((tq + BLK - 1) / BLK * BLK), tkp = (int)((tk + BLK - 1) / BLK * BLK);
+    const int tkp = (int)((tk + BLK - 1) / BLK * BLK);
     const int64_t part = (int64_t)tkp * d, group = hq / hk;
+    const int64_t tks = tkp + BLK;
     std::vector<float> pk(b * hq * part), pv(b * hq * part);  // each query head's dK and dV
+    std::vector<bf16> kr(b * hk * part), vr(b * hk * part), kt(b * hk * d * tks);
 #pragma omp parallel num_threads(threads)
     {
+#pragma omp for
+        for (int64_t u = 0; u < b * hk; u++) {
+            Src ku{k + u / hk * sk[0] + u % hk * sk[1], sk[2], (int)tk}, vu{v + u / hk * sv[0] + u % hk * sv[1], sv[2],
+                                                                            (int)tk};
+            pack_rows(&kr[u * part], ku, tkp, (int)d);
+            pack_rows(&vr[u * part], vu, tkp, (int)d);
+            pack_transposed(&kt[u * d * tks], ku, (int)tks, (int)d);
+        }
         configure();
         Scratch w((int)tq, (int)tk, (int)d);
 #pragma omp for schedule(dynamic)
-        for (int64_t u = 0; u < b * hq; u++) unit(a, w, u / hq, u % hq, &pk[u * part], &pv[u * part]);
+        for (int64_t u = 0; u < b * hq; u++) {
+            int64_t kv = u / hq * hk + u % hq / group;
+            unit(a, w, KeyPacks{&kr[kv * part], &vr[kv * part], &kt[kv * d * tks]}, u / hq, u % hq, &pk[u * part],
+                 &pv[u * part]);
+        }
         _tile_release();
     }
 #pragma omp parallel for num_threads(threads) collapse(2)

@@ -14,7 +14,6 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
 namespace {
-inline __mmask16 first(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
 
 // One row of logits: y = x * inv_t; lse = log sum exp y; lp = y[t] - lse; ent = lse - sum softmax(y) y.
 template <bool BF16>
@@ -22,7 +21,7 @@ void logprob_row(const char* x, int64_t v, int64_t t, float inv_t, float* lp, fl
     const __m512 scale = _mm512_set1_ps(inv_t), ninf = _mm512_set1_ps(-INFINITY);
     __m512 m = ninf;
     for (int64_t i = 0; i < v; i += 16) {
-        __mmask16 in = first(v - i);
+        __mmask16 in = first16(v - i);
         m = _mm512_mask_max_ps(m, in, m, _mm512_mul_ps(load<BF16>(x + E<BF16> * i, (int)(v - i)), scale));
     }
     float top = _mm512_reduce_max_ps(m);
@@ -30,7 +29,7 @@ void logprob_row(const char* x, int64_t v, int64_t t, float inv_t, float* lp, fl
     const __m512 mx = _mm512_set1_ps(top);
     __m512 s = _mm512_setzero_ps(), w = _mm512_setzero_ps();
     for (int64_t i = 0; i < v; i += 16) {
-        __mmask16 in = first(v - i);
+        __mmask16 in = first16(v - i);
         __m512 y = _mm512_mul_ps(load<BF16>(x + E<BF16> * i, (int)(v - i)), scale);
         __m512 p = _mm512_maskz_mov_ps(in, arft_exp(_mm512_sub_ps(y, mx)));
         s = _mm512_add_ps(s, p);

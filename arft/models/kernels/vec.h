@@ -46,9 +46,14 @@ inline __m256i to_bf16(__m512 x) {
 #endif
 }
 
+// The first n of 16 lanes (all for n >= 16, none for n <= 0).
+inline __mmask16 first16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
 // bfloat16 or float32 values as float32, 16 at a time (n < 16: the first n, the rest 0).
 template <bool BF16> inline __m512 load(const void* p, int n = 16) {
-    __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    __mmask16 m = first16(n);
     if constexpr (BF16) {
         __m256i raw = _mm256_maskz_loadu_epi16(m, p);
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
@@ -58,7 +63,7 @@ template <bool BF16> inline __m512 load(const void* p, int n = 16) {
 }
 
 template <bool BF16> inline void store(void* p, __m512 x, int n = 16) {
-    __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+    __mmask16 m = first16(n);
     if constexpr (BF16) {
         _mm256_mask_storeu_epi16(p, m, to_bf16(x));
     } else {

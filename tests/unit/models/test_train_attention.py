@@ -123,7 +123,7 @@ def model(tokenizer: Any) -> Any:
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """One entry for every call that takes the kernel from here on."""
     seen: list[int] = []
-    function = train_attention._flash()
+    function = train_attention.flash_attention()
     apply = function.apply
     monkeypatch.setattr(function, "apply", lambda *a: seen.append(1) or apply(*a))
     return seen
