@@ -197,7 +197,7 @@ def test_wrong_value_names_field_and_line(tmp_path: Path) -> None:
     assert f"{path}:11: method.reinforcement.hyperparameters.n_epochs" in message
 
 
-@pytest.mark.parametrize("field", ["micro_batch_size: 0", "micro_batch_tokens: 0"])
+@pytest.mark.parametrize("field", ["micro_batch_size: 0", "micro_batch_tokens: 0", "micro_batch_tokens: big"])
 def test_micro_batch_limits_below_one_are_refused(tmp_path: Path, field: str) -> None:
     path = write(tmp_path / "job.yaml", ARFT_YAML + f"training: {{{field}}}\n")
     assert f"training.{field.split(':')[0]}" in job_error(path)
