@@ -1,7 +1,7 @@
 """``torch.compile`` of the fused decode step vs the eager fused step, on the same batch state.
 
 The issue behind the fused step asked for a compiled decode step where it measures fastest. The
-eager step (``arft.engines.fused_decode``) runs its projections on oneDNN weights packed once;
+eager step (``arft.engines.transformers.fused_pass``) runs its projections on oneDNN weights packed once;
 inductor cannot lower that op with weights it does not own, so the compiled arm runs the same
 step with ``F.linear`` under inductor's ``freezing`` (which packs the weights itself), with
 dynamic shapes (the cache grows every step). Both arms decode ``--steps`` greedy steps from the
@@ -20,7 +20,7 @@ import copy
 import time
 from typing import Any, Callable
 
-import arft.engines.fused_decode as fused_decode
+import arft.engines.transformers.fused_pass as fused_decode
 
 
 def plain_projections(x: Any, owner: Any, layers: list[Any]) -> list[Any]:
@@ -63,9 +63,9 @@ def main() -> None:
     import torch._inductor.config as inductor_config
     from transformers import DynamicCache
 
-    from arft.engines import cascade
-    from arft.engines.kv_batch import growing_layer
-    from arft.engines.model_pass import ModelPass
+    from arft.cpu import cascade
+    from arft.engines.transformers.kv_batch import growing_layer
+    from arft.engines.transformers.model_pass import ModelPass
     from arft.models.loading import load_model
 
     torch.set_num_threads(args.threads)
@@ -73,7 +73,7 @@ def main() -> None:
     cascade.enable(model)
     model_pass = ModelPass(model, on_cpu=True)
     if model_pass.fused is None:
-        raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.fused_decode)")
+        raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.transformers.fused_pass)")
     ids = torch.randint(300, 5000, (args.rows, args.prompt), generator=torch.Generator().manual_seed(0))
     ids[:, :args.shared] = ids[0, :args.shared]
     mask = torch.ones(args.rows, args.prompt, dtype=torch.long)

@@ -1,5 +1,5 @@
 """A decode step's attention over the rows' own columns: PyTorch's CPU flash-attention kernel vs
-arft's kernel (``arft.models.cpu_kernels``), on the same inputs in one run.
+arft's kernel (``arft.cpu.kernels``), on the same inputs in one run.
 
 The shape is the embedded model's decode step at a full batch: 32 rows, 3 key/value heads of 64,
 3 query heads each, a few rows with a masked hole, at several row lengths. Each size is timed
@@ -41,7 +41,7 @@ def timed(arms: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
 
 def avx2_build(out: Path) -> Any:
     """The kernels compiled for x86-64-v3 (AVX2 and FMA, no AVX-512)."""
-    from arft.models import cpu_kernels
+    from arft.cpu import kernels as cpu_kernels
 
     cpu_kernels.compile_to(out, cpu_kernels.AVX2_FLAGS)
     return cpu_kernels.CpuKernels(ctypes.CDLL(str(out)))
@@ -62,7 +62,7 @@ def main() -> None:
 
     import torch
 
-    from arft.models import cpu_kernels
+    from arft.cpu import kernels as cpu_kernels
 
     torch.set_num_threads(args.threads)
     kernels = cpu_kernels.load()

@@ -1,5 +1,5 @@
-"""One decode step, and one batched prefill, fused (``arft.engines.fused_decode``, prefills without
-their padding: ``arft.engines.ragged``) vs Hugging Face's forward, timed on the same batch state
+"""One decode step, and one batched prefill, fused (``arft.engines.transformers.fused_pass``, prefills without
+their padding: ``arft.engines.transformers.ragged``) vs Hugging Face's forward, timed on the same batch state
 in the middle of a real multi-turn workload.
 
 Whole-workload timings on a shared 2-core machine swing by 15 % from run to run, more than the
@@ -58,7 +58,7 @@ def timed_steps(engine: Any, every: int, arms: dict[str, Callable[[], None]]) ->
     (``"split"``: the rows of the timed steps that had holes to skip)."""
     import torch
 
-    from arft.engines import cascade
+    from arft.cpu import cascade
 
     times: dict[str, list[tuple[int, float]]] = {name: [] for name in [*arms, "split"]}
     step = engine._decode_step
@@ -154,14 +154,14 @@ def main() -> None:
 
     import torch
 
-    from arft.engines.transformers_engine import TransformersEngine
+    from arft.engines.transformers.engine import TransformersEngine
     from arft.models.loading import load_model
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model("smollm2-135m-instruct", dtype="auto", device="cpu")
     engine = TransformersEngine(model, tokenizer, max_batch_size=32)
     if engine._pass.fused is None:
-        raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.fused_decode)")
+        raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.transformers.fused_pass)")
     work = MULTITURN.Workload(tokenizer, 8, 4)
     arms = step_arms(engine, args.holes)
     times = timed_steps(engine, args.every, arms)

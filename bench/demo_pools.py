@@ -1,8 +1,8 @@
-"""``make demo`` with one OpenMP pool alive at a time (``arft.cpu_threads``, the default) vs every
+"""``make demo`` with one OpenMP pool alive at a time (``arft.cpu.threads``, the default) vs every
 thread keeping its own (``ARFT_OPENMP_POOLS=keep``, how torch behaves by itself), in one command;
 ``--compare fused``: with the engine's fused pass (``engine.fused_pass``, the default) vs Hugging
 Face's forward (on a bf16 CPU the demo's rollouts sample through the LoRA adapter, which the
-fused pass runs since ``arft.engines.lora_products``); ``--compare kernels``: the update on arft's
+fused pass runs since ``arft.cpu.lora_products``); ``--compare kernels``: the update on arft's
 CPU kernels (``training.cpu_kernels``, the default) vs PyTorch's operations.
 
 Each arm runs ``arft train examples/calculator/job.yaml`` as its own process (the demo: 10 RL

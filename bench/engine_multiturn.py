@@ -16,10 +16,10 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
 - ``kv-no-cascade``: ``engine+kv`` with cascade attention off (every row reads its own copy),
   to measure what cascade attention adds.
 - ``kv-unpacked``: ``engine+kv`` with its linear layers on ``F.linear`` instead of oneDNN's
-  prepacked weights (``arft.engines.packed_linear``), to measure what packing adds.
+  prepacked weights (``arft.cpu.packed_linear``), to measure what packing adds.
 - ``kv-hf-forward``: ``engine+kv`` with decode steps and prefills run by Hugging Face's forward
-  instead of the fused pass (``arft.engines.fused_decode``), to measure what fusing adds.
-- ``kv-no-kernels``: ``engine+kv`` without arft's CPU kernels (``arft.models.cpu_kernels``,
+  instead of the fused pass (``arft.engines.transformers.fused_pass``), to measure what fusing adds.
+- ``kv-no-kernels``: ``engine+kv`` without arft's CPU kernels (``arft.cpu.kernels``,
   AVX-512 CPUs: decode steps' attention over the rows' own columns, RMSNorm after its residual
   add, the rotary embedding in place), i.e. on PyTorch's flash kernel and operations, to measure
   what the kernels add.
@@ -29,8 +29,8 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
 - ``kv-adapter`` (with ``--lora``): ``engine+kv`` sampling through the adapter (peft's layers,
   ``engine.lora: adapter``) instead of a merged copy, what ``engine.lora: auto`` picks for
   bfloat16 weights; ``kv-adapter-hf`` the same with Hugging Face's forward (peft's layers) instead
-  of the fused pass with the adapters' products packed (``arft.engines.lora_products``).
-- ``kv-two-pools``: ``engine+kv`` without releasing OpenMP thread pools (``arft.cpu_threads``):
+  of the fused pass with the adapters' products packed (``arft.cpu.lora_products``).
+- ``kv-two-pools``: ``engine+kv`` without releasing OpenMP thread pools (``arft.cpu.threads``):
   the main thread's pool (from loading the model and the ``hf`` arm) stays alive beside the
   engine worker's, to measure what keeping one pool alive adds.
 
@@ -144,12 +144,12 @@ async def run_engine(engine: Any, work: Workload, new_tokens: int, rep: int = 0)
 
 @contextlib.asynccontextmanager
 async def pools_kept(keep: bool, engine: Any) -> AsyncIterator[None]:
-    """While on (``keep``), ``arft.cpu_threads`` releases no OpenMP pool: every thread that ran torch
+    """While on (``keep``), ``arft.cpu.threads`` releases no OpenMP pool: every thread that ran torch
     keeps its own, as before that module (the main thread's, as loading the model leaves it, too).
     After, ``engine``'s thread releases the pool it kept, so that the other arms run as they would."""
     import torch
 
-    from arft import cpu_threads
+    from arft.cpu import threads as cpu_threads
 
     release = cpu_threads.release_pool
     if keep:
@@ -167,8 +167,8 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
                   systems: list[str], lora: bool = False) -> dict[str, float]:
     """Median tok/s of each of ``systems`` over ``repeats`` alternating runs (``lora``: ``model``
     is a peft policy, which the engine arms sample from merged)."""
-    from arft.engines.snapshot import SnapshotEngine
-    from arft.engines.transformers_engine import TransformersEngine
+    from arft.engines.transformers.snapshot import SnapshotEngine
+    from arft.engines.transformers.engine import TransformersEngine
 
     options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
                "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False},

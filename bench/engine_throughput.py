@@ -80,7 +80,7 @@ async def run_engine(engine: Any, prompts: list[list[int]], new_tokens: int) -> 
 async def compare(model: Any, tokenizer: Any, prompts: list[list[int]], new_tokens: int,
                   repeats: int) -> None:
     """Alternate HF and engine runs (HF blocks the event loop, which is idle meanwhile)."""
-    from arft.engines.transformers_engine import TransformersEngine
+    from arft.engines.transformers.engine import TransformersEngine
 
     engine = TransformersEngine(model, tokenizer, max_batch_size=len(prompts))
     run_hf(model, tokenizer, prompts[:2], 4)  # warm-up: first calls allocate and pick kernels

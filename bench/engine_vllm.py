@@ -38,7 +38,7 @@ THROUGHPUT = MULTITURN.THROUGHPUT
 
 def vllm_engine(tokenizer: Any, run_dir: Path) -> Any:
     from arft.config import JobSpec
-    from arft.engines.vllm_engine import VLLMEngine
+    from arft.engines.vllm.engine import VLLMEngine
 
     job = JobSpec.model_validate({
         "model": "smollm2-135m-instruct", "training_file": "unused.jsonl",
@@ -50,7 +50,7 @@ def vllm_engine(tokenizer: Any, run_dir: Path) -> Any:
 
 
 async def compare(model: Any, work: Any, new_tokens: int, repeats: int, run_dir: Path) -> dict[str, float]:
-    from arft.engines.transformers_engine import TransformersEngine
+    from arft.engines.transformers.engine import TransformersEngine
 
     engines = {"engine+kv": TransformersEngine(model, work.tokenizer, max_batch_size=32),
                "vllm": vllm_engine(work.tokenizer, run_dir)}

@@ -20,7 +20,7 @@ Goal: 0 lost, 0 duplicated, 0 half-written, identical adapter, over >= 5 kills.
 Determinism: the engine answers one request per forward pass (``--max-batch-size 1``, the
 default here). With continuous batching, which requests share a forward pass depends on thread
 timing, and another batch shape can flip a near tie when sampling, so two uninterrupted runs need
-not be bit-identical then either (``arft.engines.transformers_engine``).
+not be bit-identical then either (``arft.engines.transformers.engine``).
 
 Writes bench/out/kill_soak/result.json; the two run directories stay in bench/out/kill_soak/runs/.
 """

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from arft.config import RolloutSpec, SamplingSpec  # noqa: E402
 from arft.engines.base import ChatReply, SamplingParams  # noqa: E402
 from arft.engines.scripted import ScriptedEngine  # noqa: E402
-from arft.models.chat import ChatFormat  # noqa: E402
+from arft.chat.formats import ChatFormat  # noqa: E402
 from arft.models.loading import load_tokenizer  # noqa: E402
 from arft.records import FunctionCall, Message, Task, ToolCall  # noqa: E402
 from arft.rollout.conversation import ChatConversation, TokenConversation  # noqa: E402

@@ -58,8 +58,8 @@ async def greedy_tokens(engine: Any, prompts: list[list[int]]) -> list[tuple[int
 
 
 async def compare(policy: Any, tokenizer: Any, batches: list[int], new_tokens: int, repeats: int) -> None:
-    from arft.engines.snapshot import SnapshotEngine
-    from arft.engines.transformers_engine import TransformersEngine
+    from arft.engines.transformers.snapshot import SnapshotEngine
+    from arft.engines.transformers.engine import TransformersEngine
 
     prompts = build_prompts(tokenizer, max(batches))
     arms = {"adapter": TransformersEngine(policy, tokenizer, max_batch_size=max(batches)),

@@ -134,7 +134,7 @@ async def baselines(envs: list[str], n_tasks: int, samples: int, engine: Any) ->
 async def mask_overhead(engine: Any, batch: int = 32, new_tokens: int = 64) -> dict[str, float]:
     """Decode ``batch`` plain prompts together without, then with, the tool-call grammar."""
     from arft.engines.base import SamplingParams
-    from arft.models.chat import ChatFormat
+    from arft.chat.formats import ChatFormat
     from arft.data.splits import load_split
 
     job = plain_job("calculator")

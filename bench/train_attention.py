@@ -1,5 +1,5 @@
 """Causal attention in the update: PyTorch's CPU flash-attention forward and backward vs arft's AMX
-kernels (``arft.models.train_attention``, ``kernels/train_attention.cpp``), alternating call by
+kernels (``arft.cpu.train_attention``, ``kernels/train_attention.cpp``), alternating call by
 call on the same inputs in one run, at the embedded model's shapes (9 query heads on 3 key/value
 heads of 64) and the update's micro-batches (3 sequences of 512 by default).
 
@@ -34,7 +34,7 @@ def main() -> None:
 
     import torch
 
-    from arft.models import cpu_kernels
+    from arft.cpu import kernels as cpu_kernels
 
     torch.set_num_threads(args.threads)
     kernels = cpu_kernels.load()

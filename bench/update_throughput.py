@@ -19,7 +19,7 @@ linear layer one function), alternating in the same run, and the ratio (``share_
 ``--shared`` says).
 
 ``--kernels``: the update with ``training.cpu_kernels`` off (Hugging Face's RMSNorm) and on (each
-RMSNorm one function on arft's CPU kernels, ``arft.trainer.fused_norm``), alternating, and the ratio.
+RMSNorm one function on arft's CPU kernels, ``arft.cpu.fused_norm``), alternating, and the ratio.
 
     python bench/update_throughput.py [--seqs 8] [--len 512] [--repeats 3] [--threads 2]
     python bench/update_throughput.py --shared 320     # share_prefix off vs on
@@ -96,8 +96,8 @@ def compared_arms(args: argparse.Namespace) -> dict[str, dict[str, bool]]:
 
 def use_arm(learner: Any, spec: Any, switches: dict[str, bool]) -> None:
     """Set the learner's spec to ``switches`` and fuse or unfuse its LoRA layers and norms to match."""
-    from arft.trainer import fused_norm
-    from arft.trainer.fused_lora import set_fused
+    from arft.cpu import fused_norm
+    from arft.cpu.fused_lora import set_fused
 
     learner.spec = spec.model_copy(update=switches)
     set_fused(learner.policy, switches["fused_lora"])

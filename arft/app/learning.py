@@ -16,7 +16,7 @@ from arft.app.run import Run
 from arft.config import JobSpec
 from arft.engines.base import TokenEngine
 from arft.engines.factory import transformers_options
-from arft.engines.transformers_engine import TransformersEngine
+from arft.engines.transformers.engine import TransformersEngine
 from arft.metrics.sinks import JsonlSink, MetricSink
 from arft.metrics.summary import EvalSummary, flat_metrics, summarize
 from arft.models.loading import load_model
@@ -198,10 +198,10 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int 
     policy = wrap_policy(model, job.training, job.seed)
     policy.eval()
     if job.engine.type == "vllm":
-        from arft.engines.vllm_engine import VLLMEngine
+        from arft.engines.vllm.engine import VLLMEngine
 
         return policy, VLLMEngine.from_job(job, run_dir or Path("."), tokenizer, on_status), tokenizer
-    from arft.engines.snapshot import SnapshotEngine, merges_lora
+    from arft.engines.transformers.snapshot import SnapshotEngine, merges_lora
 
     options = transformers_options(job.engine, max_batch_size)
     merge = merges_lora(job.engine.lora, policy)

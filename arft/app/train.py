@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from arft import cpu_threads
+from arft.cpu import threads as cpu_threads
 from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.learning import (EVAL_SEED_OFFSET, Hooks, Session, TrainResult, apply_init_from,
                                evaluate_step, on_done, policy_engine, resume as resume_from,

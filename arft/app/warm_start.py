@@ -19,7 +19,7 @@ from arft.app.sft import SftOptions, SftResult, sft
 from arft.config import JobSpec
 from arft.data.splits import load_split
 from arft.engines.factory import transformers_options
-from arft.engines.transformers_engine import TransformersEngine
+from arft.engines.transformers.engine import TransformersEngine
 from arft.graders.base import Grader
 from arft.tracing.run_dir import RunDir
 

@@ -212,7 +212,7 @@ class TrainingSpec(Spec):
     (bench/update_throughput.py --fused). Layers with adapter dropout keep peft's forward."""
     cpu_kernels: bool = True
     """Run the update's elementwise steps and attention on arft's CPU kernels
-    (``arft.models.cpu_kernels``, built on first use with the system's C++ compiler) instead of
+    (``arft.cpu.kernels``, built on first use with the system's C++ compiler) instead of
     PyTorch's several passes each: RMSNorm, the rotary embedding, the MLP's ``silu(gate) * up``
     and the sampled tokens' logprobs and entropy in one pass each way (AVX-512), and causal
     attention's forward and backward on AMX tiles (bf16 on Intel Sapphire Rapids and later):

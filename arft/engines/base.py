@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
 
-from arft.models.constraints import Grammar
+from arft.chat.constraints import Grammar
 from arft.records import Frozen, Message
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class SamplingParams(Frozen):
     grammar: Grammar | None = None
     """Constrain the tool calls of this completion (a ``ToolGrammar``: text outside calls stays
     free) or the whole completion as JSON (a ``JsonGrammar``); engines with
-    ``supports_constraints``, see ``arft.models.constraints``."""
+    ``supports_constraints``, see ``arft.chat.constraints``."""
 
     @classmethod
     def from_spec(cls, spec: SamplingSpec, **request: Any) -> SamplingParams:

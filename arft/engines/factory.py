@@ -14,14 +14,14 @@ def build_engine(job: JobSpec, run_dir: Path | None = None,
     """The engine named by ``job.engine.type`` for ``job.model`` (``run_dir``: where a vLLM
     server's log goes)."""
     if job.engine.type == "vllm":
-        from arft.engines.vllm_engine import VLLMEngine
+        from arft.engines.vllm.engine import VLLMEngine
 
         return VLLMEngine.from_job(job, run_dir or Path("."), on_status=on_status)
     if job.engine.type == "openai":
         from arft.engines.openai_engine import OpenAIEngine
 
         return OpenAIEngine.from_spec(job.model, job.engine)  # a served model's name, not a path
-    from arft.engines.transformers_engine import TransformersEngine
+    from arft.engines.transformers.engine import TransformersEngine
 
     return TransformersEngine.from_spec(job.model_ref, job.engine)
 

@@ -33,7 +33,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from arft.models.constraints import ConstraintError, Grammar, GrammarTool, JsonGrammar, ToolGrammar, with_search_patterns
+from arft.chat.constraints import ConstraintError, Grammar, GrammarTool, JsonGrammar, ToolGrammar, with_search_patterns
 
 if TYPE_CHECKING:
     import torch

@@ -1,8 +1,8 @@
 """What arft's own computations of a peft model need to know about it: the model under the
 wrapper, its LoRA layers, and whether a layer's adapter is one they reproduce exactly.
 
-The trainer's fused LoRA function (``arft.trainer.fused_lora``) and the engine's fused pass
-(``arft.engines.lora_products``) both compute ``base(x) + (x Aᵀ)(s B)ᵀ`` in place of peft's
+The trainer's fused LoRA function (``arft.cpu.fused_lora``) and the engine's fused pass
+(``arft.cpu.lora_products``) both compute ``base(x) + (x Aᵀ)(s B)ᵀ`` in place of peft's
 forward; both take a layer only where that is what peft would compute. peft imports lazily.
 """
 

@@ -66,7 +66,7 @@ class TokenConversation:
     """A token-level conversation over a ``TokenEngine`` and a ``ChatFormat``."""
 
     engine: TokenEngine
-    fmt: Any  # arft.models.chat.ChatFormat (kept untyped to keep this module import-light)
+    fmt: Any  # arft.chat.formats.ChatFormat (kept untyped to keep this module import-light)
     params: SamplingParams
     max_tokens: int
     tool_choice: str | dict[str, Any] | None = "auto"

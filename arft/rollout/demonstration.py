@@ -17,7 +17,7 @@ from typing import Any
 
 from arft.engines.base import SamplingParams
 from arft.engines.scripted import ScriptedEngine
-from arft.models.tool_prompt import ChatFormatError
+from arft.chat.tool_prompt import ChatFormatError
 from arft.records import Message
 from arft.rollout.conversation import TokenConversation
 

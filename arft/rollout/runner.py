@@ -12,7 +12,7 @@ from arft.config import JobSpec, auto
 from arft.engines.base import ChatEngine, SamplingParams, supports_constraints, TokenEngine
 from arft.graders.registry import grade_rollout
 from arft.graders.templates import render_template, TemplateError
-from arft.models.chat import ChatFormat
+from arft.chat.formats import ChatFormat
 from arft.records import new_trace_id, Rollout, Task
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
 from arft.rollout.loop import RolloutLimits, run_rollout
@@ -70,7 +70,7 @@ class RolloutRunner:
     params: SamplingParams
     max_tokens: int
     tool_choice: str | dict[str, Any] | None
-    chat_format: Any = None  # arft.models.chat.ChatFormat, for token engines
+    chat_format: Any = None  # arft.chat.formats.ChatFormat, for token engines
     store: RunStore | None = None
     """Where every graded rollout is written; None keeps rollouts in memory only."""
     workspace_root: Path | None = None

@@ -53,7 +53,7 @@ class Learner:
         if spec.gradient_checkpointing:
             _enable_checkpointing(policy)
         if spec.finetune == "lora":
-            from arft.trainer.fused_lora import set_fused  # imports torch: not at module load
+            from arft.cpu.fused_lora import set_fused  # imports torch: not at module load
 
             set_fused(policy, spec.fused_lora)
         self.params = [p for p in policy.parameters() if p.requires_grad]
@@ -161,8 +161,9 @@ class Learner:
         backward on the AMX kernel (``training.cpu_kernels``): again at every update, since a
         Hugging Face model's ``train()`` re-applies its hub kernels, which puts every norm's own
         forward back."""
-        from arft.models import train_attention
-        from arft.trainer import fused_norm, fused_ops
+        from arft.cpu import train_attention
+        from arft.cpu import fused_norm
+        from arft.cpu import fused_ops
 
         self.policy.train()
         fused_norm.set_fused(self.policy, self.spec.cpu_kernels)
@@ -180,7 +181,7 @@ class Learner:
     def _logprobs_no_grad(self, mb: Tensors) -> Any:
         import torch
 
-        from arft.trainer.fused_lora import passes  # the update pass's arithmetic, for a ratio of 1
+        from arft.cpu.fused_lora import passes  # the update pass's arithmetic, for a ratio of 1
 
         with torch.no_grad(), self._autocast(), passes():
             return self._token_logprobs(self.policy, mb, self.loss_cfg.temperature)[0]

@@ -53,8 +53,8 @@ def token_logprobs(model: Any, mb: "Tensors", temperature: float, share_prefix: 
     """Logprobs of the target tokens at masked positions (``[N]``) and the entropy there (``[N]``).
     ``share_prefix``: the rows' common prefix runs once (``arft.trainer.shared_prefix``);
     ``fused``: the log-softmax, gather and entropy in one pass on arft's CPU kernels where they
-    run (``arft.trainer.fused_ops``; ``training.cpu_kernels``)."""
-    from arft.trainer import fused_ops
+    run (``arft.cpu.fused_ops``; ``training.cpu_kernels``)."""
+    from arft.cpu import fused_ops
 
     backbone, head = _split(model)
     hidden = hidden_states(backbone, mb, share_prefix)

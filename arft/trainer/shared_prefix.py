@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from arft.models.forward import cache_keyword
+from arft.models.hf_model import cache_keyword
 
 if TYPE_CHECKING:
     import torch

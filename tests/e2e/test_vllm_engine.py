@@ -15,8 +15,8 @@ import torch
 
 from arft.config import load_job
 from arft.engines.base import SamplingParams
-from arft.engines.vllm_server import DEFAULT_VENV
-from arft.models.chat import ChatFormat
+from arft.engines.vllm.server import DEFAULT_VENV
+from arft.chat.formats import ChatFormat
 from arft.records import Message
 
 ROOT = Path(__file__).parents[2]
@@ -31,7 +31,7 @@ CALCULATOR = {"type": "function", "function": {
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
-    from arft.engines.vllm_engine import VLLMEngine
+    from arft.engines.vllm.engine import VLLMEngine
 
     job = load_job(ROOT / "examples" / "calculator" / "job_plain.yaml")
     job = job.model_copy(update={"engine": job.engine.model_copy(update={
@@ -121,7 +121,7 @@ async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any,
     follow the policy's new weights, and before it they did not. ``lora``: a versioned adapter;
     ``merged``: the weights reloaded in place."""
     from arft.config import TrainingSpec
-    from arft.engines.vllm_server import SERVED_NAME
+    from arft.engines.vllm.server import SERVED_NAME
     from arft.models.loading import load_model
     from arft.trainer.learner import wrap_policy
 

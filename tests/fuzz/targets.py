@@ -32,7 +32,7 @@ from arft.graders.base import GraderError, close_grader
 from arft.graders.registry import build_grader
 from arft.graders.validate import validate_grader
 from arft.http import BadAnswer, json_object, server_message
-from arft.models.toolcalls import ParsedTurn, parse_tool_calls
+from arft.chat.toolcalls import ParsedTurn, parse_tool_calls
 from arft.serving import serve
 from arft.tools.base import ToolContext, ToolOutcome
 from arft.tools.endpoint import EndpointTool, _output

@@ -17,7 +17,7 @@ from arft.graders.registry import build_grader
 from arft.graders.templates import TemplateError, render_template
 from arft.graders.validate import validate_grader
 from arft.http import BadAnswer, json_object, server_message
-from arft.models.toolcalls import parse_tool_calls
+from arft.chat.toolcalls import parse_tool_calls
 from tests.fuzz.strategies import deep_json
 from tests.fuzz.targets import Target
 

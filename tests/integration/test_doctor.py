@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from arft.cli.main import app as cli
 from arft.config import load_job
 from arft.engines.scripted import ScriptedEngine
-from arft.engines.transformers_engine import TransformersEngine
+from arft.engines.transformers.engine import TransformersEngine
 from arft.app.doctor import load_data, run_doctor
 from arft.tracing.store import RunStore
 from tests.unit.app.test_doctor import good_rows, row, write_job

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from arft.cli.main import app as cli
 from arft.config import load_job
-from arft.engines.transformers_engine import TransformersEngine
+from arft.engines.transformers.engine import TransformersEngine
 from arft.app.evaluate import evaluate
 from arft.data.splits import load_split
 from arft.tracing.store import RunStore

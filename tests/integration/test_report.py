@@ -137,7 +137,7 @@ def test_old_store_steps_come_from_the_metrics(tmp_path: Path) -> None:
 
 
 async def test_eval_only_run_directory(tmp_path: Path, tokenizer: Any, tiny_model: Any) -> None:
-    from arft.engines.transformers_engine import TransformersEngine
+    from arft.engines.transformers.engine import TransformersEngine
     from arft.app.evaluate import evaluate
     from arft.data.splits import load_split
 

@@ -24,7 +24,7 @@ from arft.app.train import train
 from arft.cli.main import app as cli
 from arft.config import load_job
 from arft.data.splits import load_split
-from arft.engines.transformers_engine import TransformersEngine
+from arft.engines.transformers.engine import TransformersEngine
 from arft.report.viewer import create_app
 from arft.secrets import SecretError
 from arft.signing import SIGNATURE_HEADER, ReplayCache, SignatureError, verify_request

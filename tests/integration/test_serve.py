@@ -24,8 +24,8 @@ from arft.data.dataset import load_tasks
 from arft.engines.scripted import ScriptedEngine
 from arft.graders.base import build_sample
 from arft.graders.registry import build_grader
-from arft.models.chat import ChatFormat
-from arft.models.constraints import JsonGrammar
+from arft.chat.formats import ChatFormat
+from arft.chat.constraints import JsonGrammar
 from tests.integration.test_train import tiny, write_job
 from tests.servers import serve
 from tests.training import LengthGrader

@@ -21,7 +21,7 @@ from arft.app.train import train
 from arft.config import load_job
 from arft.data.splits import load_split
 from arft.engines.scripted import ScriptedEngine
-from arft.models.chat import ChatFormat
+from arft.chat.formats import ChatFormat
 from arft.pyfile import load_file
 from arft.rollout.demonstration import replay, split_at_first_assistant
 from arft.rollout.loop import task_tool_schemas

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from arft import cpu_threads
+from arft.cpu import threads as cpu_threads
 from arft.config import JobSpec
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.records import Rollout, Task, TrainBatch
@@ -114,8 +114,8 @@ class EngineReplica:
     @staticmethod
     def _transformers(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
         from arft.engines.factory import transformers_options
-        from arft.engines.snapshot import SnapshotEngine, merges_lora
-        from arft.engines.transformers_engine import TransformersEngine
+        from arft.engines.transformers.snapshot import SnapshotEngine, merges_lora
+        from arft.engines.transformers.engine import TransformersEngine
         from arft.trainer.learner import wrap_policy
 
         model, tokenizer = _load_model(job, model, tokenizer)
@@ -127,7 +127,7 @@ class EngineReplica:
 
     @staticmethod
     def _vllm(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
-        from arft.engines.vllm_engine import VLLMEngine
+        from arft.engines.vllm.engine import VLLMEngine
         from arft.trainer.learner import wrap_policy
 
         model, tokenizer = _load_model(job, model, tokenizer)

@@ -31,10 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from arft.data.dataset import RowError, parse_messages, parse_tools
 from arft.engines.base import Generation, SamplingParams, TokenEngine, supports_constraints
-from arft.models.chat import ChatFormat, Rendered
-from arft.models.constraints import ConstraintError, Grammar, JsonGrammar, check_schema
-from arft.models.tool_prompt import ChatFormatError, parse_tool_choice
-from arft.models.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, new_call_id, strip_end_of_turn
+from arft.chat.formats import ChatFormat, Rendered
+from arft.chat.constraints import ConstraintError, Grammar, JsonGrammar, check_schema
+from arft.chat.tool_prompt import ChatFormatError, parse_tool_choice
+from arft.chat.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, new_call_id, strip_end_of_turn
 
 IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key",
                      "safety_identifier", "stream_options", "reasoning_effort", "verbosity"})

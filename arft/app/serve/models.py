@@ -24,8 +24,8 @@ from typing import Any, Callable
 from arft.app.serve.chat import ServedModel
 from arft.config import EngineSpec
 from arft.engines.factory import transformers_options
-from arft.engines.transformers_engine import TransformersEngine
-from arft.models.chat import ChatFormat
+from arft.engines.transformers.engine import TransformersEngine
+from arft.chat.formats import ChatFormat
 from arft.rollout.runner import constrained_tool_calls
 from arft.tracing.run_dir import RunDir
 from arft.trainer.merge import run_job, tuned_model

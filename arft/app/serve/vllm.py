@@ -21,14 +21,14 @@ from typing import Any, Callable
 
 from arft.app.serve.chat import ServedModel
 from arft.config import EngineSpec
-from arft.models.chat import ChatFormat
+from arft.chat.formats import ChatFormat
 
 
 def vllm_models(target: str, *, name: str | None, base: bool, engine: EngineSpec | None, max_tokens: int,
                 constrain: bool | None, on_status: Callable[[str], None]) -> list[ServedModel]:
     """The served models of ``target`` over one vLLM server (see the module docstring)."""
     from arft.app.serve.models import is_run_dir, served
-    from arft.engines.vllm_engine import VLLMEngine
+    from arft.engines.vllm.engine import VLLMEngine
     from arft.models.loading import load_tokenizer, resolve_model_dir
 
     if is_run_dir(target):
@@ -47,7 +47,7 @@ def _run_models(run: Path, *, name: str | None, base: bool, engine: EngineSpec |
                 constrain: bool | None, on_status: Callable[[str], None]) -> list[ServedModel]:
     """A run directory's tuned agent (and its base) over one vLLM server."""
     from arft.app.serve.models import served, tuned_name_of
-    from arft.engines.vllm_server import SERVED_NAME
+    from arft.engines.vllm.server import SERVED_NAME
     from arft.trainer.merge import run_job
 
     job = run_job(run)
@@ -72,8 +72,8 @@ def _run_models(run: Path, *, name: str | None, base: bool, engine: EngineSpec |
 def _merged_server(run: Path, job: Any, spec: EngineSpec, work: Path, on_status: Callable[[str], None]
                    ) -> tuple[Any, Any]:
     """A server on the run's merged weights (bf16, ``work/weights``)."""
-    from arft.engines.vllm_engine import VLLMEngine
-    from arft.engines.vllm_server import save_vllm_dir
+    from arft.engines.vllm.engine import VLLMEngine
+    from arft.engines.vllm.server import save_vllm_dir
     from arft.trainer.merge import tuned_model
 
     on_status(f"merging the checkpoint of {run} into {work / 'weights'}")
@@ -89,7 +89,7 @@ def _merged_server(run: Path, job: Any, spec: EngineSpec, work: Path, on_status:
 def _adapter_server(run: Path, job: Any, spec: EngineSpec, work: Path, tuned_name: str,
                     on_status: Callable[[str], None]) -> tuple[Any, Any]:
     """A server on the base weights with the run's adapter (``work/adapter``) loaded as ``tuned_name``."""
-    from arft.engines.vllm_engine import VLLMEngine
+    from arft.engines.vllm.engine import VLLMEngine
     from arft.models.loading import resolve_model_dir
     from arft.trainer.merge import tuned_policy
 

@@ -13,9 +13,9 @@ from arft.app.serve.chat import (ChatRequest, ChatRequestError, ServedModel, Str
                                  prepare, stream_chunks)
 from arft.data.dataset import parse_messages
 from arft.engines.scripted import ScriptedEngine
-from arft.engines.transformers_engine import TransformersEngine
-from arft.models.chat import ChatFormat
-from arft.models.constraints import JsonGrammar
+from arft.engines.transformers.engine import TransformersEngine
+from arft.chat.formats import ChatFormat
+from arft.chat.constraints import JsonGrammar
 
 EOS = "<|im_end|>"
 LOOKUP = {"type": "function", "function": {

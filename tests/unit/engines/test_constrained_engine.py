@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from arft.engines.base import SamplingParams
-from arft.engines.transformers_engine import TransformersEngine
-from arft.models.chat import ChatFormat
+from arft.engines.transformers.engine import TransformersEngine
+from arft.chat.formats import ChatFormat
 from arft.records import Message
 from tests.specs import sampling
 from tests.unit.engines.test_transformers_engine import varied_model

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from arft.engines.scripted import ScriptedEngine
-from arft.engines.transformers_engine import TransformersEngine
-from arft.models.chat import ChatFormat
+from arft.engines.transformers.engine import TransformersEngine
+from arft.chat.formats import ChatFormat
 from arft.records import Message, Task
 from arft.rollout.conversation import TokenConversation
 from arft.rollout.loop import run_rollout

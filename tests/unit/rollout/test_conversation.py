@@ -16,8 +16,8 @@ from fastapi import FastAPI
 from arft.engines.base import Generation, SamplingParams
 from arft.engines.openai_engine import OpenAIEngine
 from arft.engines.scripted import ScriptedEngine
-from arft.engines.transformers_engine import TransformersEngine
-from arft.models.chat import ChatFormat
+from arft.engines.transformers.engine import TransformersEngine
+from arft.chat.formats import ChatFormat
 from arft.records import Message, Task
 from arft.rollout.conversation import ChatConversation, TokenConversation, _first_turn_choice
 from arft.rollout.loop import run_rollout

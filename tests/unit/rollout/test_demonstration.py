@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from arft.models.chat import ChatFormat
+from arft.chat.formats import ChatFormat
 from arft.records import FunctionCall, Message, Task, ToolCall
 from arft.rollout.demonstration import DemoError, Demonstration, replay, split_at_first_assistant
 from arft.rollout.loop import run_rollout, task_tool_schemas

@@ -11,7 +11,7 @@ import pytest
 
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.scripted import ScriptedEngine
-from arft.models.chat import ChatFormat
+from arft.chat.formats import ChatFormat
 from arft.records import Message, Task
 from arft.rollout.conversation import TokenConversation
 from arft.rollout.loop import run_rollout

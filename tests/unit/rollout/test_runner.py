@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from arft.config import JobSpec
 from arft.engines.scripted import ScriptedEngine
-from arft.engines.transformers_engine import TransformersEngine
+from arft.engines.transformers.engine import TransformersEngine
 from arft.records import Message, Rollout, Score, Task
 from arft.rollout.runner import RolloutRunner
 from arft.tools.python_fn import PythonTool

@@ -1,0 +1,1 @@
+"""arft.engines.transformers"""
