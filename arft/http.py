@@ -131,7 +131,7 @@ class _Retry(Exception):
 
 
 async def retrying_post(client: httpx.AsyncClient, url: str, body: bytes, *, what: str,
-                        parse: Callable[[dict[str, Any]], T], attempts: int, timeout_s: float,
+                        parse: Callable[[dict[str, object]], T], attempts: int, timeout_s: float,
                         backoff_s: float, trace_id: str | None = None,
                         headers: Mapping[str, str] | None = None,
                         retry_4xx: frozenset[int] = RETRYABLE_4XX, max_bytes: int | None = None,

@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from arft.errors import ArftError
 
-class NotAPythonFile(ImportError):
+
+class NotAPythonFile(ArftError):
     """The path cannot be imported as Python source (no loader for it)."""
 
 

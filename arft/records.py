@@ -8,6 +8,7 @@ an engine, a tool or a grader: records are the bottom layer.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +18,17 @@ class Frozen(BaseModel):
     """Base for immutable records: extra keys are errors, instances are hashable-free values."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def json_object(value: object) -> Mapping[str, object]:
+    """``value`` if it is a JSON object, else an empty one: how a reader walks JSON that a user (or a
+    model) may have shaped differently, e.g. a message inside a grader's ``sample``."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def json_list(value: object) -> Sequence[object]:
+    """``value`` if it is a JSON array, else an empty one (see ``json_object``)."""
+    return value if isinstance(value, list | tuple) else ()
 
 
 def new_trace_id() -> str:

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from arft.errors import ArftError
+
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A reference to an environment variable: ``${NAME}``."""
 REFERENCE_MAPS = frozenset({"headers", "env"})
@@ -53,7 +55,9 @@ MIN_SCRUB_CHARS = 4
 """Resolved values shorter than this are not scrubbed from free text (they would mangle it)."""
 
 
-class SecretError(ValueError):
+# ValueError too: the doctor's baseline (arft.app.doctor.run) reports a ValueError from the run it
+# starts, a tool header naming an unset variable among them.
+class SecretError(ArftError, ValueError):
     """A reference to an environment variable that is not set; names the field and the variable."""
 
 
@@ -89,7 +93,7 @@ def _join(path: str, key: str | int) -> str:
     return f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
 
 
-def _reference_sites(data: Any, path: str = "", parent: str = "") -> Iterator[tuple[str, str, str]]:
+def _reference_sites(data: object, path: str = "", parent: str = "") -> Iterator[tuple[str, str, str]]:
     """``(path, key, value)`` of every string in ``data`` at a place where references resolve."""
     if isinstance(data, Mapping):
         for key, value in data.items():
@@ -102,7 +106,7 @@ def _reference_sites(data: Any, path: str = "", parent: str = "") -> Iterator[tu
             yield from _reference_sites(value, _join(path, i), parent)
 
 
-def _named_variables(data: Any) -> Iterator[str]:
+def _named_variables(data: object) -> Iterator[str]:
     """The names held by secret-looking ``*_env`` keys (``api_key_env: OPENAI_API_KEY``)."""
     if isinstance(data, Mapping):
         for key, value in data.items():
@@ -115,7 +119,7 @@ def _named_variables(data: Any) -> Iterator[str]:
             yield from _named_variables(value)
 
 
-def check(data: Any, env: Mapping[str, str] | None = None) -> frozenset[str]:
+def check(data: object, env: Mapping[str, str] | None = None) -> frozenset[str]:
     """Resolve every reference in ``data`` (a job as plain data) and return the secret values
     (what references resolved to, and the variables ``*_env`` keys name) for ``scrub``.
 
@@ -147,7 +151,7 @@ def _is_secret_place(key: str, parent: str) -> bool:
         bool(SECRET_KEY.search(key)) and not key.endswith("_env") and bool(NAME.fullmatch(key)))
 
 
-def redact(data: Any, values: Iterable[str] = (), parent: str = "") -> Any:
+def redact(data: object, values: Iterable[str] = (), parent: str = "") -> Any:
     """A copy of ``data`` (plain JSON-like data) fit to be written: a string under ``headers`` or
     a secret-looking key becomes ``MASK`` unless it is a reference, and every one of ``values``
     (resolved secrets) is scrubbed from every string."""

@@ -8,7 +8,10 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 
 def free_port() -> int:
@@ -33,7 +36,7 @@ def port_problem(host: str, port: int, hint: str = "") -> str | None:
 
 
 @contextmanager
-def serve(app: Any, port: int | None = None, name: str = "server") -> Iterator[str]:
+def serve(app: "ASGIApp", port: int | None = None, name: str = "server") -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1 until the block ends; yields the base URL (no trailing slash).
 
     Raises ``RuntimeError`` naming ``name`` and the port when it does not start within 10 s

@@ -22,5 +22,5 @@ async def together(*work: Awaitable[Any]) -> list[Any]:
     return [task.result() for task in tasks]
 
 
-async def _awaited(w: Awaitable[Any]) -> Any:
+async def _awaited(w: Awaitable[object]) -> Any:
     return await w

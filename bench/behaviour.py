@@ -1,6 +1,8 @@
-"""Behaviour benchmark: do the talk's behaviour results hold, over seeds? (issue 16)
+"""RL makes tool calls parallel (parallel_lookup) and cuts the long tail of calls (long_tail), on every seed.
 
-    python bench/behaviour.py [--examples parallel_lookup long_tail] [--seeds 3] [--steps N]
+Behaviour benchmark: do the talk's behaviour results hold, over seeds? (issue 16)
+
+    python -m bench run behaviour [--examples parallel_lookup long_tail] [--seeds 3] [--steps N]
                               [--eval-tasks N] [--reward-tolerance 0.0] [--set S.F=V] [--retrain]
 
 Each example is trained with its own job (``bench/case_study.py ENV --seed S``: the job's seed,
@@ -38,25 +40,20 @@ import json
 import re
 import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.lib import case_runs as CASE_STUDY
+from bench.lib.harness import OUT as BENCH_OUT
+from bench.lib.harness import ROOT, log, record
 
-from arft.pyfile import load_file  # noqa: E402 - after the sys.path line above
-
-OUT = ROOT / "bench" / "out" / "behaviour"
-CASE_STUDY = load_file(ROOT / "bench" / "case_study.py", "case_study")
+SLOW = True  # trains two examples on three seeds: hours
+QUICK = ["--examples", "long_tail", "--seeds", "1", "--steps", "1", "--eval-tasks", "2"]
+OUT = BENCH_OUT / "behaviour"
 DEFAULT_EXAMPLES = ("parallel_lookup", "long_tail")
 FIGURES = ("reward", "parallel_turn_share", "critical_path_mean_s", "critical_path_p95_s", "rounds_mean",
            "calls_mean", "calls_p95")
 """What is reported for every example, before and after (``behaviour_row``)."""
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def behaviour_row(rollouts: list[Any]) -> dict[str, Any]:
@@ -197,7 +194,7 @@ def table(env: str, result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--examples", nargs="+", default=list(DEFAULT_EXAMPLES), choices=sorted(CLAIMS))
     p.add_argument("--seeds", type=int, default=3, help="runs per example: the job's seed, +1, +2, ...")
@@ -209,14 +206,14 @@ def main() -> None:
                    help="a variant: override a job setting in every run, e.g. training.dynamic_sampling=2")
     p.add_argument("--retrain", action="store_true",
                    help="train every seed again (default: read back runs this benchmark finished)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.seeds < 1:
         p.error("--seeds must be at least 1")
     from arft.config import load_job
 
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / f"result{variant(args.set)}.json"
-    result: dict[str, Any] = {"command": "python bench/behaviour.py " + " ".join(sys.argv[1:]), "examples": {}}
+    result: dict[str, Any] = {"command": "python -m bench " + " ".join(sys.argv[1:]), "examples": {}}
     for env in args.examples:
         base_seed = load_job(ROOT / "examples" / env / "job.yaml").seed
         runs: list[dict[str, Any]] = []
@@ -233,6 +230,7 @@ def main() -> None:
         print()
     print(f"command: {result['command']}")
     print(f"result: {out}")
+    record("behaviour" + variant(args.set), result)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""``torch.compile`` of the fused decode step vs the eager fused step, on the same batch state.
+"""Whether torch.compile makes the fused decode step faster than the eager fused step (it did not: not used).
+
+``torch.compile`` of the fused decode step vs the eager fused step, on the same batch state.
 
 The issue behind the fused step asked for a compiled decode step where it measures fastest. The
 eager step (``arft.engines.transformers.fused_pass``) runs its projections on oneDNN weights packed once;
@@ -10,7 +12,7 @@ all rows, read once by cascade attention), alternating, after the compiled arm's
 (printed: the compile time). It prints ms per step of each, the ratio, and whether both produced
 the same tokens.
 
-    python bench/compiled_decode.py
+    python -m bench run compiled_decode
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ from __future__ import annotations
 import argparse
 import copy
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-import arft.engines.transformers.fused_pass as fused_decode
+import arft.engines.transformers.fused_pass as fused_pass
+from bench.lib.harness import record
+
+SLOW = True  # compiling the step takes ~40 s before anything is timed
+QUICK = ["--rows", "4", "--prompt", "64", "--shared", "32", "--steps", "4", "--repeats", "1"]
 
 
 def plain_projections(x: Any, owner: Any, layers: list[Any]) -> list[Any]:
-    """``fused_decode._project`` with ``F.linear`` (what inductor can compile)."""
+    """``fused_pass._project`` with ``F.linear`` (what inductor can compile)."""
     import torch.nn.functional as F
 
     return [F.linear(x, layer.weight) for layer in layers]
@@ -49,7 +55,7 @@ def decode(step: Callable[..., Any], cache: Any, mask: Any, start: int, steps: i
     return times, torch.cat(tokens, dim=1)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=32, help="batch rows (default 32)")
     parser.add_argument("--prompt", type=int, default=400, help="history tokens a row (default 400)")
@@ -57,23 +63,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="decode steps timed per run (default 30)")
     parser.add_argument("--repeats", type=int, default=2, help="alternating runs of each arm (default 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
     import torch._inductor.config as inductor_config
     from transformers import DynamicCache
 
-    from arft.cpu import cascade
+    from arft.cpu import patch
     from arft.engines.transformers.kv_batch import growing_layer
     from arft.engines.transformers.model_pass import ModelPass
     from arft.models.loading import load_model
 
     torch.set_num_threads(args.threads)
     model, _ = load_model("smollm2-135m-instruct", dtype="auto", device="cpu")
-    cascade.enable(model)
+    patch.install(model, train=False)
     model_pass = ModelPass(model, on_cpu=True)
     if model_pass.fused is None:
-        raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.transformers.fused_pass)")
+        raise SystemExit("this model or CPU does not take the fused pass (see arft.engines.transformers.fused_pass)")
     ids = torch.randint(300, 5000, (args.rows, args.prompt), generator=torch.Generator().manual_seed(0))
     ids[:, :args.shared] = ids[0, :args.shared]
     mask = torch.ones(args.rows, args.prompt, dtype=torch.long)
@@ -89,14 +95,14 @@ def main() -> None:
 
     inductor_config.freezing = True
     inner = torch.compile(eager, dynamic=True)
-    packed_projections = fused_decode._project
+    packed_projections = fused_pass._project
 
     def compiled(ids: Any, positions: Any, mask: Any, cache: Any) -> Any:
-        fused_decode._project = plain_projections
+        fused_pass._project = plain_projections
         try:
             return inner(ids, positions, mask, cache)
         finally:
-            fused_decode._project = packed_projections
+            fused_pass._project = packed_projections
 
     begin = time.perf_counter()
     decode(compiled, cache, mask, args.prompt, 3)
@@ -112,6 +118,10 @@ def main() -> None:
               f"{sum(compiled_times) / args.steps * 1e3:.1f} ms/step, same tokens: "
               f"{bool(torch.equal(eager_tokens, compiled_tokens))}", flush=True)
     print(f"compiled decode step: {spent['eager'] / spent['compiled']:.2f}x the eager fused step")
+    record("compiled_decode", {"compiled_vs_eager": spent["eager"] / spent["compiled"],
+                               "eager_ms_per_step": spent["eager"] / (args.steps * args.repeats) * 1e3,
+                               "compiled_ms_per_step": spent["compiled"] / (args.steps * args.repeats) * 1e3,
+                               "rows": args.rows, "prompt": args.prompt, "steps": args.steps})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""A decode step's attention over the rows' own columns: PyTorch's CPU flash-attention kernel vs
+"""arft's decode-attention kernel beats PyTorch's CPU flash kernel at a decode step's shapes (AVX-512, AVX2).
+
+A decode step's attention over the rows' own columns: PyTorch's CPU flash-attention kernel vs
 arft's kernel (``arft.cpu.kernels``), on the same inputs in one run.
 
 The shape is the embedded model's decode step at a full batch: 32 rows, 3 key/value heads of 64,
@@ -7,21 +9,22 @@ alternating ``flash, arft[, arft-avx2]`` (``--avx2``: the kernels also built for
 and no AVX-512, as most laptops are, and timed here; float32 only) and the median of
 ``--repeats`` calls is printed with the ratios. Correctness is checked on the same inputs.
 
-    python bench/decode_attention.py [--lengths 100 300 600] [--dtype bfloat16 float32] [--avx2]
+    python -m bench run decode_attention [--lengths 100 300 600] [--dtype bfloat16 float32] [--avx2]
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.lib.harness import record
+
+NEEDS = {"avx512"}  # the kernels run on AVX-512 CPUs (their AVX2 build is measured there too)
+QUICK = ["--lengths", "100", "--repeats", "10"]
 
 
 def timed(arms: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
@@ -41,13 +44,13 @@ def timed(arms: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
 
 def avx2_build(out: Path) -> Any:
     """The kernels compiled for x86-64-v3 (AVX2 and FMA, no AVX-512)."""
-    from arft.cpu import kernels as cpu_kernels
+    from arft.cpu import build, kernels as cpu_kernels
 
-    cpu_kernels.compile_to(out, cpu_kernels.AVX2_FLAGS)
-    return cpu_kernels.CpuKernels(ctypes.CDLL(str(out)))
+    build.compile_to(out, build.AVX2_FLAGS)
+    return cpu_kernels.from_library(out)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=3)
@@ -58,7 +61,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--avx2", action="store_true", help="also time the AVX2 build (float32)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     import torch
 
@@ -72,6 +75,7 @@ def main() -> None:
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     b, h, g, d = args.rows, args.kv_heads, args.group, args.head_dim
     print(f"{b} rows x {h} kv heads x {g} queries x {d}, {args.threads} threads, median of {args.repeats} calls")
+    result: dict[str, Any] = {"rows": b, "kv_heads": h, "group": g, "head_dim": d, "ms": {}}
     for name in args.dtype:
         dtype = getattr(torch, name)
         if not kernels.supports(dtype, g, d):
@@ -92,6 +96,8 @@ def main() -> None:
             ms = timed(arms, args.repeats)
             ratios = " | ".join(f"{n} {ms['flash'] / ms[n]:.2f}x (max diff {errors[n]:.1e})" for n in errors)
             print(f"  {name} T={t}: " + ", ".join(f"{n} {m:.3f} ms" for n, m in ms.items()) + f" -> {ratios}")
+            result["ms"][f"{name} T={t}"] = {**ms, "max_diff": errors}
+    record("decode_attention", result)
 
 
 if __name__ == "__main__":

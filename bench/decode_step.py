@@ -1,9 +1,11 @@
-"""One decode step, and one batched prefill, fused (``arft.engines.transformers.fused_pass``, prefills without
+"""arft's fused pass runs decode steps and batched prefills faster than Hugging Face's forward, same logits.
+
+One decode step, and one batched prefill, fused (``arft.engines.transformers.fused_pass``, prefills without
 their padding: ``arft.engines.transformers.ragged``) vs Hugging Face's forward, timed on the same batch state
 in the middle of a real multi-turn workload.
 
 Whole-workload timings on a shared 2-core machine swing by 15 % from run to run, more than the
-change measured here. This benchmark runs ``bench/engine_multiturn.py``'s workload (32 rollouts
+change measured here. This benchmark runs ``engine_multiturn``'s workload (``bench.lib.workloads``) (32 rollouts
 of three turns, the shared system prompt read once by cascade attention) through the engine
 once, and at every ``--every``-th decode step times the step's forward pass both ways on the very
 same rows and KV cache, alternating ``hf, fused, hf, fused`` (the cache is put back after each
@@ -17,8 +19,8 @@ passes and as one.
 (``cascade.hole_split``) against the fused step that reads them, timed the same way on the same
 states (prefills are not timed).
 
-    python bench/decode_step.py
-    python bench/decode_step.py --holes
+    python -m bench run decode_step
+    python -m bench run decode_step --holes
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import argparse
 import asyncio
 import statistics
 import time
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from arft.pyfile import load_file
+from bench.lib.harness import record
+from bench.lib.workloads import Workload, run_rollouts
 
-MULTITURN = load_file(Path(__file__).resolve().parent / "engine_multiturn.py", "engine_multiturn")
+SLOW = True  # the whole 32-rollout workload, each timed step run three times
+QUICK = ["--every", "10"]
 BUCKETS = ((2, 8), (9, 16), (17, 24), (25, 32))
 
 
@@ -144,13 +147,13 @@ def time_mixed(engine: Any, plan: Any, along: Any) -> tuple[int, float, float]:
     return along.size, spent["two"] / 2, spent["one"] / 2
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--every", type=int, default=5, help="time every N-th decode step (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--holes", action="store_true",
                         help="time the fused step skipping holes vs reading them (instead of HF vs fused)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -162,12 +165,12 @@ def main() -> None:
     engine = TransformersEngine(model, tokenizer, max_batch_size=32)
     if engine._pass.fused is None:
         raise SystemExit("this model or CPU does not take the fused decode step (see arft.engines.transformers.fused_pass)")
-    work = MULTITURN.Workload(tokenizer, 8, 4)
+    work = Workload(tokenizer, 8, 4)
     arms = step_arms(engine, args.holes)
     times = timed_steps(engine, args.every, arms)
     mixed: list[tuple[int, float, float]] = []
     prefills = [] if args.holes else timed_prefills(engine, mixed)
-    tokens, seconds = asyncio.run(MULTITURN.run_engine(engine, work, 64))
+    tokens, seconds = asyncio.run(run_rollouts(engine, work, 64))
     print(f"model smollm2-135m-instruct {str(model.dtype).removeprefix('torch.')}, {args.threads} threads; "
           f"{tokens} tokens in {seconds:.1f} s (timed steps included)")
     base, new = arms
@@ -186,10 +189,16 @@ def main() -> None:
     if prefills:
         ratio = sum(h for _, h, _ in prefills) / sum(f for _, _, f in prefills)
         print(f"fused prefill: {ratio:.2f}x HF's forward (summed over {len(prefills)} prefills of 2 rows or more)")
+    result: dict[str, Any] = {"arms": list(arms), "step_ratio": total[base] / total[new],
+                              "dtype": str(model.dtype).removeprefix("torch."), "every": args.every}
+    if prefills:
+        result["prefill_ratio"] = ratio
     if mixed:
         two, one = sum(t for _, t, _ in mixed), sum(o for _, _, o in mixed)
         print(f"decode step in the prefill's pass: {two / one:.2f}x two passes ({len(mixed)} admissions next to "
               f"{statistics.median(r for r, _, _ in mixed):.0f} running rows (median): {two:.1f} -> {one:.1f} s)")
+        result["step_in_prefill_ratio"] = two / one
+    record("decode_step" + ("_holes" if args.holes else ""), result)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""``make demo`` with one OpenMP pool alive at a time (``arft.cpu.threads``, the default) vs every
+"""The demo trains faster with one OpenMP pool alive at a time, arft's fused pass and its update kernels.
+
+``make demo`` with one OpenMP pool alive at a time (``arft.cpu.threads``, the default) vs every
 thread keeping its own (``ARFT_OPENMP_POOLS=keep``, how torch behaves by itself), in one command;
 ``--compare fused``: with the engine's fused pass (``engine.fused_pass``, the default) vs Hugging
 Face's forward (on a bf16 CPU the demo's rollouts sample through the LoRA adapter, which the
@@ -10,9 +12,9 @@ steps, evals at steps 0, 5 and 10), the arms taking turns for ``--repeats`` roun
 run: the wall time of the whole process (model loading included) and the eval reward at each
 eval step; then the median wall time of each arm and their ratio.
 
-    python bench/demo_pools.py --repeats 2
-    python bench/demo_pools.py --compare fused --repeats 2
-    python bench/demo_pools.py --compare kernels --repeats 2
+    python -m bench run demo_pools --repeats 2
+    python -m bench run demo_pools --compare fused --repeats 2
+    python -m bench run demo_pools --compare kernels --repeats 2
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench.lib.harness import ROOT, record
+
+SLOW = True  # whole `arft train` runs of the demo, minutes each
+QUICK = ["--repeats", "1"]
 JOB = ROOT / "examples" / "calculator" / "job.yaml"
 COMPARISONS: dict[str, dict[str, tuple[dict[str, str], dict[str, Any]]]] = {
     "pools": {"one pool": ({}, {}), "pools kept": ({"ARFT_OPENMP_POOLS": "keep"}, {})},
@@ -72,14 +77,14 @@ def run_demo(env: dict[str, str], overrides: dict[str, Any], out: Path) -> tuple
             job.unlink()
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2, help="rounds of both arms (default 2)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pools",
                         help="pools: one OpenMP pool vs pools kept (default); "
                              "fused: the engine's fused pass vs HF's forward; "
                              "kernels: the update on arft's CPU kernels vs PyTorch's")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     arms = COMPARISONS[args.compare]
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="demo-pools-") as tmp:
@@ -95,6 +100,8 @@ def main() -> None:
     print("median wall time: " + " | ".join(f"{arm} {s:.1f} s" for arm, s in med.items()))
     default, other = arms
     print(f"{other} / {default} (wall time): {med[other] / med[default]:.2f}x")
+    record("demo_pools" + ("" if args.compare == "pools" else f"_{args.compare}"),
+           {"compare": args.compare, "wall_s": times, "median_s": med, "ratio": med[other] / med[default]})
 
 
 if __name__ == "__main__":

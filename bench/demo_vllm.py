@@ -1,4 +1,6 @@
-"""The calculator demo (`make demo`'s job) trained with the transformers engine and with the vLLM
+"""Whether the vLLM engine or async rollouts train the demo in <= 0.5x the transformers engine's time.
+
+The calculator demo (`make demo`'s job) trained with the transformers engine and with the vLLM
 engine, each synchronous and with async rollouts, one after the other in one command, on this
 machine.
 
@@ -9,7 +11,7 @@ Printed per arm: wall time, the eval reward at every eval, the mean seconds the 
 for rollouts and spent updating per step, and the ratio of wall times to the first arm (goal,
 issue 13: the vLLM arms reach the transformers arm's final reward in <= 0.5x its wall time).
 
-    python bench/demo_vllm.py [--steps 10] [--arms transformers,transformers+async,vllm,vllm+async] [--repeats 1]
+    python -m bench run demo_vllm [--steps 10] [--arms transformers,transformers+async,vllm,vllm+async] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -22,13 +24,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
+from bench.lib.harness import OUT as BENCH_OUT
+from bench.lib.harness import ROOT, record
+
+NEEDS = {"vllm"}
+SLOW = True
+QUICK = ["--steps", "1", "--arms", "transformers,vllm"]
 JOB = ROOT / "examples" / "calculator" / "job.yaml"
-OUT = ROOT / "bench" / "out" / "demo_vllm"
+OUT = BENCH_OUT / "demo_vllm"
 
 
 ARMS = ["transformers", "transformers+async", "vllm", "vllm+async"]
@@ -36,14 +42,14 @@ ARMS = ["transformers", "transformers+async", "vllm", "vllm+async"]
 
 def arm(name: str, steps: int | None, run_dir: Path) -> dict[str, Any]:
     from arft.app.train import train
-    from arft.config import load_job
+    from arft.config import engine_as, load_job
 
     engine, _, mode = name.partition("+")
     job = load_job(JOB)
     training = {"max_off_policy_steps": 1 if mode == "async" else 0}
     if steps is not None:
         training["max_steps"] = steps
-    job = job.model_copy(update={"engine": job.engine.model_copy(update={"type": engine}),
+    job = job.model_copy(update={"engine": engine_as(job.engine, engine),
                                  "training": job.training.model_copy(update=training)})
     start = time.perf_counter()
     result = asyncio.run(train(job, run_dir))
@@ -60,13 +66,13 @@ def arm(name: str, steps: int | None, run_dir: Path) -> dict[str, Any]:
             "train_reward": curve, "off_policy_steps": [m.get("train/off_policy_steps") for m in h]}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, help="override training.max_steps (default: the job's)")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {ARMS}; the first is the baseline")
     p.add_argument("--repeats", type=int, default=1, help="run the arms this many times, taking turns; "
                    "wall times are the median (this machine is shared and noisy)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     names = args.arms.split(",")
     unknown = [n for n in names if n not in ARMS]
     if unknown:
@@ -93,7 +99,8 @@ def main() -> None:
               f"| {a['update_s']:.1f} s | " + ", ".join(f"{s}: {r:.2f}" for s, r in a["evals"].items())
               + f" | {reached if reached is not None else 'not reached'} |")
     print("\ngoal (issue 13): the vLLM arms reach the first arm's final reward in <= 0.5x its wall time")
-    print("command: python bench/demo_vllm.py " + " ".join(sys.argv[1:]))
+    print("command: python -m bench " + " ".join(sys.argv[1:]))
+    record("demo_vllm", {"arms": arms, "target_reward": target})
 
 
 if __name__ == "__main__":

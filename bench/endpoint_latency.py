@@ -1,6 +1,6 @@
-"""Latency of EndpointTool.call against a raw httpx POST of the same body to the same server.
+"""An endpoint tool call costs within 1.2x the latency of a raw httpx POST of the same body to the same server.
 
-Run: ``python bench/endpoint_latency.py [--n 400]``. A trivial endpoint runs on 127.0.0.1 (uvicorn
+Run: ``python -m bench run endpoint_latency [--n 400]``. A trivial endpoint runs on 127.0.0.1 (uvicorn
 in a thread); the two clients take turns, call by call, so drift in machine load hits both alike.
 Goal: EndpointTool's median within 1.2x of the raw POST's.
 """
@@ -11,21 +11,20 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 import uuid
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: arft and tests
+import httpx
+from fastapi import FastAPI, Request
 
-import httpx  # noqa: E402
-from fastapi import FastAPI, Request  # noqa: E402
+from arft.config import EndpointToolSpec
+from arft.tools.base import ToolContext
+from arft.tools.endpoint import EndpointTool
+from arft.serving import serve
+from bench.lib.harness import record
 
-from arft.config import EndpointToolSpec  # noqa: E402
-from arft.tools.base import ToolContext  # noqa: E402
-from arft.tools.endpoint import EndpointTool  # noqa: E402
-from tests.servers import serve  # noqa: E402
+QUICK = ["--n", "50", "--warmup", "10"]
 
 
 def make_app() -> FastAPI:
@@ -85,11 +84,11 @@ async def measure(url: str, n: int, warmup: int) -> tuple[list[float], list[floa
     return tool_s, raw_s
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=400, help="measured calls of each kind")
     parser.add_argument("--warmup", type=int, default=50, help="unmeasured calls of each kind")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with serve(make_app()) as base:
         tool_s, raw_s = asyncio.run(measure(f"{base}/tool", args.n, args.warmup))
     print(f"{args.n} sequential calls each, interleaved, after {args.warmup} warm-up calls")
@@ -101,6 +100,9 @@ def main() -> None:
     verdict = "meets" if ratio <= 1.2 else "MISSES"
     print(f"  ratio EndpointTool/raw: median {ratio:.3f}x, p95 {p95_ratio:.3f}x "
           f"({verdict} the 1.2x goal)")
+    record("endpoint_latency", {"calls": args.n, "tool_median_ms": statistics.median(tool_s) * 1e3,
+                                "raw_median_ms": statistics.median(raw_s) * 1e3, "median_ratio": ratio,
+                                "p95_ratio": p95_ratio})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Multi-turn generation: HF ``generate`` re-prefilling every turn vs arft's engine without and
+"""KV reuse makes arft's engine generate multi-turn rollouts several times faster than HF generate (goal 3x).
+
+Multi-turn generation: HF ``generate`` re-prefilling every turn vs arft's engine without and
 with KV reuse, in one command on one loaded model.
 
 The workload is what a training step sends: 32 rollouts (8 tasks x 4 samples, a shared system
@@ -37,7 +39,7 @@ completions (temperature 1, no truncation, up to ``--new-tokens`` a turn, ending
 Counted: generated tokens (up to and including eos) per wall-clock second over the whole
 workload, prefill included. The systems run one after another in every repeat, alternating.
 
-    python bench/engine_multiturn.py --repeats 2
+    python -m bench run engine_multiturn --repeats 2
 
 ``--lora``: every system samples from a LoRA policy, as during RL training (the demo job's
 adapter settings, the adapter moved off zero): ``hf`` runs ``generate`` on the peft model (what
@@ -50,96 +52,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import statistics
-import time
-from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
-from arft.pyfile import load_file
+from bench.lib.harness import record
+from bench.lib.workloads import (DEMO_JOB, TURNS, Workload, lora_policy, run_engine, run_hf,
+                                 run_hf_turns, run_rollouts)
 
-THROUGHPUT = load_file(Path(__file__).resolve().parent / "engine_throughput.py", "engine_throughput")
-LORA = load_file(Path(__file__).resolve().parent / "lora_merged.py", "lora_merged")
-EXAMPLE = ('Example: user "Where is order Z-9?" -> assistant <tool_call>{"name": "get_order", '
-           '"arguments": {"order_id": "Z-9"}}</tool_call> -> tool {"status": "shipped", '
-           '"carrier": "DHL"} -> assistant "Order Z-9 has shipped with DHL."')
-TURNS = 3
+QUICK = ["--tasks", "2", "--samples", "2", "--new-tokens", "8", "--repeats", "1",
+         "--systems", "hf", "engine", "engine+kv"]
 SYSTEMS = ("hf", "engine", "engine+kv", "kv-no-cascade", "kv-unpacked", "kv-hf-forward", "kv-no-kernels",
            "kv-no-mix", "kv-two-pools", "kv-adapter", "kv-adapter-hf")
-
-
-def tool_result(task: int, turn: int) -> str:
-    """A JSON tool answer of ~60-90 tokens (different per task and turn)."""
-    items = [{"sku": f"SKU-{task}{turn}{k}", "name": f"item {k} of order {task}", "qty": k + 1,
-              "price": round(9.99 + 3.5 * k + task, 2)} for k in range(2 + turn)]
-    return json.dumps({"order_id": f"A-{1000 + task}", "status": "in transit", "items": items})
-
-
-class Workload:
-    """The conversations' starting prompts and the token ids appended between turns."""
-
-    def __init__(self, tokenizer: Any, tasks: int, samples: int) -> None:
-        self.tokenizer = tokenizer
-        self.eos = tokenizer.eos_token_id
-        system = THROUGHPUT.SYSTEM + "\n" + EXAMPLE
-        self.starts = []
-        for task in range(tasks):
-            user = f"Ticket #{1000 + task}: {THROUGHPUT.QUESTIONS[task % len(THROUGHPUT.QUESTIONS)]}"
-            text = tokenizer.apply_chat_template([{"role": "system", "content": system},
-                                                  {"role": "user", "content": user}],
-                                                 add_generation_prompt=True, tokenize=False)
-            self.starts += [tokenizer.encode(text, add_special_tokens=False)] * samples
-        self.samples = samples
-
-    def after(self, conv: int, turn: int, completion: list[int]) -> list[int]:
-        """What follows a completion: its end of turn (if it did not end there), the tool
-        result, and the next assistant turn's opening."""
-        text = (f"\n<|im_start|>user\n<tool_response>\n{tool_result(conv // self.samples, turn)}\n"
-                "</tool_response><|im_end|>\n<|im_start|>assistant\n")
-        end = [] if completion and completion[-1] == self.eos else [self.eos]
-        return end + self.tokenizer.encode(text, add_special_tokens=False)
-
-
-def run_hf(model: Any, work: Workload, new_tokens: int) -> tuple[int, float]:
-    """``(generated tokens, seconds)``: one batched generate per turn, whole conversations."""
-    import torch
-
-    convs = [list(s) for s in work.starts]
-    generated = 0
-    start = time.perf_counter()
-    for turn in range(TURNS):
-        batch = work.tokenizer.pad({"input_ids": convs}, padding=True, return_tensors="pt")
-        with torch.inference_mode():
-            out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                                 max_new_tokens=new_tokens, pad_token_id=work.tokenizer.pad_token_id)
-        for i, row in enumerate(out[:, batch["input_ids"].shape[1]:].tolist()):
-            completion = row[:row.index(work.eos) + 1] if work.eos in row else row
-            generated += len(completion)
-            if turn < TURNS - 1:
-                convs[i] += completion + work.after(i, turn, completion)
-    return generated, time.perf_counter() - start
-
-
-async def run_engine(engine: Any, work: Workload, new_tokens: int, rep: int = 0) -> tuple[int, float]:
-    """``(generated tokens, seconds)``: 32 concurrent rollouts, each turn its whole conversation.
-    Every turn samples with its own seed (the same in every engine arm of repeat ``rep``), so the
-    engine arms generate the same tokens and their times compare like with like."""
-    from arft.engines.base import SamplingParams
-
-    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens)
-
-    async def rollout(i: int) -> int:
-        conv, generated = list(work.starts[i]), 0
-        for turn in range(TURNS):
-            seed = 1_000_000 * rep + 1000 * i + turn
-            gen = await engine.generate(conv, params.model_copy(update={"seed": seed}))
-            generated += len(gen.token_ids)
-            conv += list(gen.token_ids) + work.after(i, turn, list(gen.token_ids))
-        return generated
-
-    start = time.perf_counter()
-    counts = await asyncio.gather(*(rollout(i) for i in range(len(work.starts))))
-    return sum(counts), time.perf_counter() - start
 
 
 @contextlib.asynccontextmanager
@@ -172,9 +95,9 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
 
     options = {"engine": {"prefix_cache_mb": 0}, "engine+kv": {},
                "kv-no-cascade": {"cascade_attention": False}, "kv-unpacked": {"packed_linears": False},
-               "kv-hf-forward": {"fused_decode": False}, "kv-no-kernels": {"cpu_kernels": False},
+               "kv-hf-forward": {"fused_pass": False}, "kv-no-kernels": {"cpu_kernels": False},
                "kv-no-mix": {}, "kv-two-pools": {}, "kv-adapter": {},
-               "kv-adapter-hf": {"fused_decode": False}}
+               "kv-adapter-hf": {"fused_pass": False}}
     # one model for every arm (same weights); the engines built first switch its attention and linear
     # layers, which other callers (HF generate, an arm with a switch off) run as sdpa and F.linear
     build = (lambda merge=True, **kw: SnapshotEngine.of(model, work.tokenizer, merge_lora=merge, **kw)) if lora else (
@@ -186,18 +109,18 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
     if "kv-no-mix" in engines:
         engines["kv-no-mix"]._pass.mix = False
     if "hf" in systems:
-        THROUGHPUT.run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
+        run_hf(model, work.tokenizer, work.starts[:2], 4)  # warm-up: kernels, allocations
     for engine in engines.values():
-        await THROUGHPUT.run_engine(engine, work.starts[:2], 4)
+        await run_engine(engine, work.starts[:2], 4)
     rates: dict[str, list[float]] = {name: [] for name in SYSTEMS if name in systems}
     for rep in range(repeats):
         for name in rates:
             if name == "hf":
-                tokens, seconds = run_hf(model, work, new_tokens)
+                tokens, seconds = run_hf_turns(model, work, new_tokens)
             else:
                 engines[name].prefix_cache.clear()  # every repeat starts cold
                 async with pools_kept(name == "kv-two-pools", engines[name]):
-                    tokens, seconds = await run_engine(engines[name], work, new_tokens, rep)
+                    tokens, seconds = await run_rollouts(engines[name], work, new_tokens, rep)
             rates[name].append(tokens / seconds)
             print(f"  run {rep + 1} {name:>13}: {tokens:5d} tokens in {seconds:6.1f} s = "
                   f"{tokens / seconds:6.1f} tok/s", flush=True)
@@ -210,7 +133,7 @@ async def compare(model: Any, work: Workload, new_tokens: int, repeats: int,
     return {name: statistics.median(r) for name, r in rates.items()}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=8, help="distinct tasks (default 8)")
     parser.add_argument("--samples", type=int, default=4, help="samples per task (default 4)")
@@ -224,7 +147,7 @@ def main() -> None:
                              "natively, else float32)")
     parser.add_argument("--lora", action="store_true",
                         help="sample from the demo job's LoRA policy, as RL training does (see above)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -232,7 +155,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     if args.lora:
-        model, tokenizer = LORA.lora_policy(LORA.DEMO_JOB, args.dtype)
+        model, tokenizer = lora_policy(DEMO_JOB, args.dtype)
     else:
         model, tokenizer = load_model("smollm2-135m-instruct", dtype=args.dtype, device="cpu")
     work = Workload(tokenizer, args.tasks, args.samples)
@@ -251,6 +174,11 @@ def main() -> None:
               ("engine+kv", "kv-two-pools", ": one OpenMP pool")]
     print("ratios: " + " | ".join(f"{a} / {b}: {med[a] / med[b]:.2f}x{note}"
                                   for a, b, note in ratios if a in med and b in med))
+    record("engine_multiturn", {"tok_s": med, "ratios": {f"{a} / {b}": med[a] / med[b] for a, b, _ in ratios
+                                                          if a in med and b in med},
+                                "lora": args.lora, "dtype": str(model.dtype).removeprefix("torch."),
+                                "rollouts": len(work.starts), "new_tokens": args.new_tokens,
+                                "repeats": args.repeats})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Generation throughput: Hugging Face ``model.generate`` vs arft's ``TransformersEngine``.
+"""arft's TransformersEngine serving concurrent rollouts generates more tokens per second than HF ``generate``.
+
+Generation throughput: Hugging Face ``model.generate`` vs arft's ``TransformersEngine``.
 
 Both sample the same 32 chat prompts (a system prompt describing tools + different user
 questions, ~150-200 tokens each) from the real embedded model, at temperature 1 with no top-p /
@@ -6,7 +8,7 @@ top-k truncation, up to ``--new-tokens`` new tokens. Only real generated tokens 
 HF, each row's tokens up to and including its first eos (the padding HF keeps producing for
 finished rows is not counted); for the engine, the returned ``token_ids``. Time includes prefill.
 
-    python bench/engine_throughput.py --batch 32 --new-tokens 128 --repeats 2
+    python -m bench run engine_throughput --batch 32 --new-tokens 128 --repeats 2
 """
 
 from __future__ import annotations
@@ -14,71 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import time
-from typing import Any
+from typing import Any, Sequence
 
-SYSTEM = (
-    "You are a helpful assistant with access to tools. To call a tool, answer with "
-    '<tool_call>{"name": <tool>, "arguments": {...}}</tool_call> and nothing else.\n'
-    "Tools:\n"
-    "- search_docs(query: str): search the product documentation.\n"
-    "- get_order(order_id: str): the status, items and shipping address of an order.\n"
-    "- refund(order_id: str, amount: float, reason: str): issues a refund; only for delivered orders.\n"
-    "- weather(city: str, day: str): the forecast for a city, day is today, tomorrow or a date.\n"
-    "Keep answers short."
-)
-QUESTIONS = [
-    "Where is my order A-1042? It was supposed to arrive on Monday.",
-    "How do I reset my password if I no longer have access to my email?",
-    "Will it rain in Lisbon tomorrow? I am planning a bike trip.",
-    "Please refund order B-77 — the mug arrived broken.",
-    "What does error code E42 mean on the X200 printer?",
-    "Can I change the shipping address of order C-310 after it shipped?",
-    "Is it going to be warmer in Oslo or in Helsinki this weekend?",
-    "Summarise the warranty terms for refurbished laptops.",
-]
+from bench.lib.harness import record
+from bench.lib.workloads import build_prompts, run_engine, run_hf
 
-
-def build_prompts(tokenizer: Any, n: int) -> list[list[int]]:
-    """``n`` chat prompts (system + one user question, numbered so no two are identical)."""
-    prompts = []
-    for i in range(n):
-        user = f"Ticket #{1000 + i}: {QUESTIONS[i % len(QUESTIONS)]}"
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        prompts.append(tokenizer.encode(text, add_special_tokens=False))
-    return prompts
-
-
-def run_hf(model: Any, tokenizer: Any, prompts: list[list[int]], new_tokens: int) -> tuple[int, float]:
-    """``(generated tokens, seconds)`` for one batched ``model.generate`` call."""
-    import torch
-
-    batch = tokenizer.pad({"input_ids": prompts}, padding=True, return_tensors="pt")  # left padding
-    eos = tokenizer.eos_token_id
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                             max_new_tokens=new_tokens, pad_token_id=tokenizer.pad_token_id)
-    seconds = time.perf_counter() - start
-    generated = 0
-    for row in out[:, batch["input_ids"].shape[1]:].tolist():
-        generated += row.index(eos) + 1 if eos in row else len(row)
-    return generated, seconds
-
-
-async def run_engine(engine: Any, prompts: list[list[int]], new_tokens: int) -> tuple[int, float]:
-    """``(generated tokens, seconds)`` for concurrent ``generate`` calls on one engine."""
-    from arft.engines.base import SamplingParams
-
-    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens)
-    start = time.perf_counter()
-    gens = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
-    return sum(len(g.token_ids) for g in gens), time.perf_counter() - start
+QUICK = ["--batch", "4", "--new-tokens", "16", "--repeats", "1"]
 
 
 async def compare(model: Any, tokenizer: Any, prompts: list[list[int]], new_tokens: int,
-                  repeats: int) -> None:
+                  repeats: int) -> dict[str, float]:
     """Alternate HF and engine runs (HF blocks the event loop, which is idle meanwhile)."""
     from arft.engines.transformers.engine import TransformersEngine
 
@@ -100,16 +47,17 @@ async def compare(model: Any, tokenizer: Any, prompts: list[list[int]], new_toke
     print(f"median HF generate: {hf:.1f} tok/s | TransformersEngine: {eng:.1f} tok/s | "
           f"ratio engine/HF: {eng / hf:.2f}")
     print(f"engine stats: {engine.stats}")
+    return {"hf_tok_s": hf, "engine_tok_s": eng, "ratio": eng / hf}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=32, help="concurrent prompts (default 32)")
     parser.add_argument("--new-tokens", type=int, default=128, help="max new tokens per prompt")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of each (default 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -122,7 +70,9 @@ def main() -> None:
     print(f"model smollm2-135m-instruct {args.dtype}, {args.threads} threads, batch {args.batch}, "
           f"prompt tokens {min(lengths)}-{max(lengths)} (mean {statistics.mean(lengths):.0f}), "
           f"max new tokens {args.new_tokens}")
-    asyncio.run(compare(model, tokenizer, prompts, args.new_tokens, args.repeats))
+    result = asyncio.run(compare(model, tokenizer, prompts, args.new_tokens, args.repeats))
+    record("engine_throughput", {**result, "batch": args.batch, "new_tokens": args.new_tokens,
+                                 "dtype": args.dtype, "repeats": args.repeats})
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""fast_function: how many hacked answers are rewarded without vs with the guards?
+"""fast_function's guards (ast_guard and a judge) leave no hand-written hack rewarded while clean answers still are.
 
-    python bench/fast_function_hacks.py [--json OUT]
+fast_function: how many hacked answers are rewarded without vs with the guards?
+
+    python -m bench run fast_function_hacks [--json OUT]
 
 Grades every candidate of ``examples/fast_function/adversarial.py`` (one per ``ast_guard``
 pattern and more, plus clean neighbours) with
@@ -21,15 +23,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+from arft.pyfile import load_file
+from bench.lib.harness import ROOT, record
+
+QUICK: list[str] = []  # 28 candidates graded four ways: well under a minute
 EXAMPLE = ROOT / "examples" / "fast_function"
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(EXAMPLE))
 
 CONSTANT_INNER = {"type": "string_check", "name": "constant", "input": "x", "reference": "x",
                   "operation": "eq"}
@@ -62,7 +64,9 @@ def graders(judge_url: str) -> dict[str, Any]:
 
 
 async def grade_all(judge_url: str) -> list[dict[str, Any]]:
-    from adversarial import answers
+    # adversarial.py imports its sibling harness.py by name: register it under that name first
+    load_file(EXAMPLE / "harness.py", "harness")
+    answers = load_file(EXAMPLE / "adversarial.py", "fast_function_adversarial").answers
 
     from arft.graders.base import close_grader
     from arft.graders.registry import grade_sample
@@ -131,11 +135,13 @@ def summary(c: dict[str, int]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", type=Path, help="also write the rows and counts here")
-    args = p.parse_args()
-    from services import free_port, serve
+    args = p.parse_args(argv)
+    from arft.serving import free_port
+
+    serve = load_file(EXAMPLE / "services.py", "fast_function_services").serve
 
     with serve(port=free_port()) as url:
         rows = asyncio.run(grade_all(url))
@@ -151,6 +157,7 @@ def main() -> None:
             print(f"  {name}: {errs}")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "counts": c}, indent=2))
+    record("fast_function_hacks", {"counts": c, "candidates": len(rows)})
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""The talk's "10 examples": a warm start from 10 demonstrations on plain rows, before any RL.
+"""A warm start on 10 demonstrations lifts plain rows the untrained model cannot solve (goal +15 points).
 
-    python bench/few_demos.py [--demos 10] [--teacher-tasks 16] [--eval-tasks 16] [--epochs 5]
+The talk's "10 examples": a warm start from 10 demonstrations on plain rows, before any RL.
+
+    python -m bench run few_demos [--demos 10] [--teacher-tasks 16] [--eval-tasks 16] [--epochs 5]
                               [--batch-size 5] [--learning-rate 5e-4]
 
 On ``examples/finance_lookup/job_plain.yaml`` (rows that are only a system prompt and a question,
 as real traffic is; constrained tool calls on) the embedded 135M model calls the tools but earns
-nothing: reward 0, no variance, so RL has no signal (bench/plain_rows.py). Here:
+nothing: reward 0, no variance, so RL has no signal (``plain_rows``). Here:
 
 1. **A teacher behind an OpenAI-compatible endpoint** answers the first ``--teacher-tasks``
    training rows through ``engine: openai`` (an ``arft eval`` run of the plain job, graded by its
@@ -33,12 +35,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.lib.case_runs import EXAMPLES
+from bench.lib.harness import OUT, ROOT, log, record
 
-from case_study import EXAMPLES, OUT, log  # noqa: E402
+SLOW = True  # a teacher eval, sft and two evals: tens of minutes
+QUICK = ["--demos", "2", "--teacher-tasks", "4", "--eval-tasks", "2", "--epochs", "1", "--batch-size", "2"]
 
 PORT = 8791
 FIGURE = {"revenue": "revenue", "net_income": "net income", "operating_margin": "operating margin",
@@ -116,19 +119,19 @@ def valid_call_rate(rollouts: list[Any]) -> float:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     from arft.app.evaluate import evaluate
     from arft.app.sft import SftOptions, sft
-    from arft.config import load_job
+    from arft.config import OpenAIEngineSpec, load_job
     from arft.data.splits import load_split
     from arft.tracing.run_dir import RunDir
 
-    from warm_start import hooks  # noqa: E402 - the same progress lines
+    from warm_start import hooks
 
     out = OUT / f"few_demos_{args.env}"
     shutil.rmtree(out, ignore_errors=True)
     student = load_job(ROOT / "examples" / args.env / "job_plain.yaml")
     student = student.model_copy(update={"training": student.training.model_copy(update={
         "eval_tasks": args.eval_tasks})})
-    teacher = student.model_copy(update={"engine": student.engine.model_copy(update={
-        "type": "openai", "base_url": f"http://127.0.0.1:{PORT}/v1", "served_model": "expert"})})
+    teacher = student.model_copy(update={"engine": OpenAIEngineSpec(
+        type="openai", base_url=f"http://127.0.0.1:{PORT}/v1", served_model="expert")})
     tasks = load_split(student, "train", args.teacher_tasks)
     t0 = time.perf_counter()
     log(f"teacher: {len(tasks)} training rows through engine: openai")
@@ -140,7 +143,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with RunDir(out / "student").open_store() as store:
         evals = {step: store.rollouts(f"sft:eval-{step:06d}") for step in (0, result.steps)}
     rl = await _rl(student, out, args) if args.rl_steps else {}
-    res = {"command": "python bench/few_demos.py " + " ".join(sys.argv[1:]), "env": args.env,
+    res = {"command": "python -m bench " + " ".join(sys.argv[1:]), "env": args.env,
            "wall_s": time.perf_counter() - t0,
            "teacher_reward": taught.summary.reward.mean, "demos": result.demos, "sft_steps": result.steps,
            "dropped": result.dropped,
@@ -157,7 +160,7 @@ async def _rl(student: Any, out: Path, args: argparse.Namespace) -> dict[str, An
     """RL from the warm start (``training.init_from``) for ``--rl-steps`` steps: eval reward by step."""
     from arft.app.train import train
 
-    from warm_start import hooks  # noqa: E402
+    from warm_start import hooks
 
     job = student.model_copy(update={"training": student.training.model_copy(update={
         "init_from": str(out / "student"), "max_steps": args.rl_steps})})
@@ -186,7 +189,7 @@ def report(res: dict[str, Any]) -> None:
     print(f"command: {res['command']}")
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="finance_lookup", choices=sorted(EXPERTS))
     p.add_argument("--demos", type=int, default=10)
@@ -198,7 +201,7 @@ def main() -> None:
     p.add_argument("--min-reward", type=float, default=0.99, help="a success: the grader's full marks")
     p.add_argument("--rl-steps", type=int, default=0, help="then RL from the warm start for N steps")
     p.add_argument("--report-only", action="store_true")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.report_only:
         res = json.loads((OUT / f"few_demos_{args.env}" / "result.json").read_text())
     else:
@@ -213,6 +216,7 @@ def main() -> None:
                 res = asyncio.run(run(args))
         finally:
             server.should_exit = True
+        record(f"few_demos_{args.env}", res)
     report(res)
 
 

@@ -1,9 +1,11 @@
-"""Fuzz every input arft reads from outside with Hypothesis, at scale.
+"""Every outside input ends in success or arft's own error with a message: 0 unhandled of 10,000 a target.
 
-    python bench/fuzz.py [--examples 10000] [--target NAME ...] [--seed 0]
+Fuzz every input arft reads from outside with Hypothesis, at scale.
 
-The targets (``tests/fuzz/targets.py``): dataset rows, job specs, grader specs, tool-call text
-from the model, tool responses (parsed directly, and over HTTP from a real server on
+    python -m bench run fuzz [--examples 10000] [--target NAME ...] [--seed 0]
+
+The targets (``bench/lib/fuzz/targets.py``, shared with ``tests/fuzz``): dataset rows, job specs,
+grader specs, tool-call text from the model, tool responses (parsed directly, and over HTTP from a real server on
 127.0.0.1), and ``arft import`` logs. Each gets ``--examples`` generated inputs, mostly
 near-valid ones (a valid example with a few mutations) so that they reach deep code. The rule:
 every input ends in success or in the layer's own arft error with a message; anything else
@@ -24,16 +26,16 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from bench.lib.fuzz.targets import Hang, Target, open_targets
+from bench.lib.harness import OUT as BENCH_OUT
+from bench.lib.harness import record
 
-from tests.fuzz.targets import Hang, Target, open_targets  # noqa: E402
-
-OUT = ROOT / "bench" / "out" / "fuzz"
+QUICK = ["--examples", "30"]
+OUT = BENCH_OUT / "fuzz"
 KEPT = 5
 """Unhandled inputs (and distinct named-error messages) kept per target in result.json."""
 
@@ -71,13 +73,13 @@ def fuzz(target: Target, examples: int, rng_seed: int) -> dict[str, Any]:
             "unhandled_examples": failures, "named_error_examples": list(named)}
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=10_000, help="inputs per target")
     parser.add_argument("--target", action="append", help="only this target (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis seed (reproducible runs)")
     parser.add_argument("--out", type=Path, default=OUT / "result.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory(prefix="arft-fuzz-") as tmp, open_targets(Path(tmp)) as targets:
         unknown = sorted(set(args.target or ()) - set(targets))
@@ -98,6 +100,9 @@ def main() -> int:
     args.out.write_text(json.dumps({"examples_per_target": args.examples, "seed": args.seed,
                                     "unhandled_total": total, "targets": results}, indent=2) + "\n")
     print(f"unhandled inputs: {total} (goal: 0); wrote {args.out}")
+    record("fuzz", {"examples_per_target": args.examples, "seed": args.seed, "unhandled_total": total,
+                    "targets": {r["target"]: {k: r[k] for k in ("inputs", "successes", "named_errors", "unhandled",
+                                                                "seconds")} for r in results}})
     return 1 if total else 0
 
 

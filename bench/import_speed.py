@@ -1,6 +1,8 @@
-"""Import speed: `arft import` on 100k logged request/response records (goal: <= 30 s).
+"""`arft import` turns 100k logged request/response records into dataset rows in under 30 s.
 
-    python bench/import_speed.py [--n 100000] [--redact pii] [--seed 0]
+Import speed: `arft import` on 100k logged request/response records (goal: <= 30 s).
+
+    python -m bench run import_speed [--n 100000] [--redact pii] [--seed 0]
 
 Generates ``--n`` realistic logged chat-completions calls (~1.5 KB each) into a temporary folder
 with a deterministic generator: a support agent's system prompt, a user request drawn from
@@ -17,16 +19,15 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from arft.data.importer import import_traffic
+from bench.lib.harness import record
 
-from arft.data.importer import import_traffic  # noqa: E402 - after the sys.path line above
+QUICK = ["--n", "5000"]
 
 try:  # orjson when it is installed (faster), else the standard library
     import orjson
@@ -148,12 +149,12 @@ def generate(path: Path, n: int, seed: int) -> int:
     return path.stat().st_size
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000, help="logged lines to generate")
     parser.add_argument("--redact", action="append", default=[], help="e.g. pii (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp) / "logs.jsonl"
         t0 = time.perf_counter()
@@ -172,6 +173,9 @@ def main() -> None:
     print(f"seconds for {args.n:,} lines: {seconds:.2f}")
     print(f"seconds / {GOAL_S:g} s goal: {seconds / GOAL_S:.3f} "
           f"({'meets' if seconds <= GOAL_S else 'misses'} the goal)")
+    record("import_speed" + "".join(f"_{r}" for r in args.redact),
+           {"lines": args.n, "seconds": seconds, "lines_per_s": args.n / seconds, "of_goal": seconds / GOAL_S,
+            "redact": args.redact, "rows": report.rows, "near_duplicates_removed": report.near_duplicates_removed})
 
 
 if __name__ == "__main__":

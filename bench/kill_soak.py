@@ -1,8 +1,10 @@
-"""Kill soak: SIGKILL a training run at random moments, resume it after each kill, and count what
+"""A run SIGKILLed at random moments and resumed loses, duplicates and half-writes nothing; ends bit-identical.
+
+Kill soak: SIGKILL a training run at random moments, resume it after each kill, and count what
 its store and metrics.jsonl lost, duplicated or left half-written.
 
-    python bench/kill_soak.py            # full size: the calculator demo, 10 steps, 5 kills
-    python bench/kill_soak.py --steps 3 --kills 5 --tasks 2 --checkpoint-every 1 --tiny   # smoke size
+    python -m bench run kill_soak            # full size: the calculator demo, 10 steps, 5 kills
+    python -m bench run kill_soak --steps 3 --kills 5 --tasks 2 --checkpoint-every 1 --tiny   # smoke size
 
 One command runs (1) an uninterrupted seeded run of examples/calculator/job.yaml on the embedded
 135M model and (2) the same job in a second run directory, SIGKILLed at --kills moments that a
@@ -39,16 +41,17 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from arft.tracing.run_dir import RunDir
+from arft.tracing.store import RunStore
+from bench.lib.harness import OUT as BENCH_OUT
+from bench.lib.harness import ROOT, record
 
-from arft.tracing.run_dir import RunDir  # noqa: E402 - after the path, so the working tree's arft is used
-from arft.tracing.store import RunStore  # noqa: E402
-
+SLOW = True  # an uninterrupted run and a killed-and-resumed one, each process loading a model
+QUICK = ["--steps", "2", "--kills", "1", "--tasks", "2", "--checkpoint-every", "1", "--tiny"]
 JOB = ROOT / "examples" / "calculator" / "job.yaml"
-OUT = ROOT / "bench" / "out" / "kill_soak"
+OUT = BENCH_OUT / "kill_soak"
 KINDS = ("rollouts", "grades", "tool calls", "metric rows (store)", "metrics.jsonl rows")
 CHECKPOINT_MOMENTS = 5
 """A checkpoint write has 5 moments to kill at: after each of its 4 files, and after the rename."""
@@ -84,7 +87,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     from arft.app.faults import Fault, train_with_fault
-    from arft.app.learning import Hooks
+    from arft.app.session import Hooks
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -106,7 +109,7 @@ def child(args: argparse.Namespace) -> None:
 
 def run_child(args: argparse.Namespace, run_dir: Path, fault: str, resume: bool) -> tuple[int, float]:
     """Run a child process (its output shown indented); (exit code, seconds)."""
-    argv = [sys.executable, str(Path(__file__).resolve()), "--child", str(run_dir), "--fault", fault,
+    argv = [sys.executable, "-m", "bench.kill_soak", "--child", str(run_dir), "--fault", fault,
             "--max-batch-size", str(args.max_batch_size), "--threads", str(args.threads)]
     for flag in ("steps", "checkpoint_every", "tasks"):
         if getattr(args, flag) is not None:
@@ -288,7 +291,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             "seconds": {"uninterrupted": round(straight_s, 1), "total": round(time.perf_counter() - t0, 1)}}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=None, help="training.max_steps (job: 10)")
     ap.add_argument("--kills", type=int, default=5, help="how many times to SIGKILL the run (default 5)")
@@ -305,17 +308,18 @@ def main() -> None:
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--fault", default="none", help=argparse.SUPPRESS)
     ap.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child:
         child(args)
-        return
+        return 0
     result = soak(args)
     show(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out / 'result.json'}")
-    sys.exit(0 if result["ok"] else 1)
+    record("kill_soak", result)
+    return 0 if result["ok"] else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,11 +1,13 @@
-"""Learning benchmark: arft vs TRL's GRPOTrainer on the calculator demo task, same wall-clock budget.
+"""arft reaches its final demo reward in at most 0.5x the training time TRL's GRPOTrainer needs.
+
+Learning benchmark: arft vs TRL's GRPOTrainer on the calculator demo task, same wall-clock budget.
 
 arft side: ``train(job, run_dir)`` on ``examples/calculator/job.yaml`` (the embedded SmolLM2-135M,
 LoRA, 4 tasks x 4 rollouts a step, 10 steps, evals at steps 0/5/10 on 16 validation tasks x 2
 samples). Reports the baseline (step 0) and later eval rewards, the wall time of the whole run and
 of each eval point, and the tool-calls-per-rollout histogram before vs after.
 
-TRL side (``bench/trl_calculator.py``): the same task, model and knobs trained with TRL's
+TRL side (``bench/lib/trl_calculator.py``): the same task, model and knobs trained with TRL's
 ``GRPOTrainer`` and its tool loop, for a wall-clock budget (default: arft's whole wall time). Its
 LoRA adapter is saved after each step; the adapters at the training times where arft evaluated
 (and the last one) are merged into the base model and evaluated with arft's own evaluator (same
@@ -20,7 +22,7 @@ saves excluded). Both are also shown with everything included where that is mean
 Goals (issue 4): arft >= +30 points over its baseline, and arft reaching its final reward in
 <= 0.5x the wall time TRL needs to reach the same reward.
 
-    python bench/learn_demo.py [--steps 10] [--skip-arft | --arft-result PATH] [--skip-trl]
+    python -m bench run learn_demo [--steps 10] [--skip-arft | --arft-result PATH] [--skip-trl]
                                [--budget-s S] [--trl-max-completion 96] [--trl-eval-format qwen]
                                [--trl-micro-batch 8] [--trl-eval every|arft] [--set S.F=V]
 
@@ -37,26 +39,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.lib import case_runs as CASE_STUDY
+from bench.lib.harness import OUT, ROOT, log, record
 
-from arft.pyfile import load_file  # noqa: E402
-
+SLOW = True  # trains arft (minutes) and TRL (many minutes, ~20 GB)
+QUICK = ["--steps", "1", "--skip-trl"]
 JOB = ROOT / "examples" / "calculator" / "job.yaml"
-CASE_STUDY = load_file(ROOT / "bench" / "case_study.py", "case_study")
-OUT = ROOT / "bench" / "out"
 GOAL_POINTS = 30.0
 GOAL_RATIO = 0.5
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def eval_row(summary: Any, **extra: Any) -> dict[str, Any]:
@@ -125,12 +119,12 @@ def eval_points(arft: dict[str, Any] | None, trl_run: Any, every: bool) -> list[
 
 def run_trl(job: Any, out_dir: Path, budget_s: float, arft: dict[str, Any] | None,
             max_completion: int, template: str, micro_batch: int, eval_every: bool = True) -> dict[str, Any]:
-    import trl_calculator as T
+    from bench.lib import trl_calculator as T
 
-    from arft.app.train import EVAL_SEED_OFFSET
+    from arft.seeds import eval_seed
 
     t0 = time.perf_counter()
-    seed = job.seed + EVAL_SEED_OFFSET  # the seeds arft's in-training evals use
+    seed = eval_seed(job.seed)  # the seeds arft's in-training evals use
     log(f"trl: baseline eval (format {template})")
     base, base_s = T.evaluate_adapter(job, None, out_dir / "eval-base", seed, template)
     evals: dict[int, dict[str, Any]] = {0: eval_row(base, eval_s=base_s, train_s=0.0)}
@@ -268,7 +262,7 @@ def compare(arft: dict[str, Any], trl: dict[str, Any], a_final: float) -> dict[s
 # -- main --------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=None, help="override training.max_steps (job: 10)")
     ap.add_argument("--skip-arft", action="store_true")
@@ -292,7 +286,7 @@ def main() -> None:
                     help="run with this job setting (repeatable), e.g. training.warmup_steps=0; TRL reads "
                          "the job's learning rate, clip, KL, LoRA and sampling, not its warmup (it has none)")
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from arft.config import load_job
 
@@ -330,6 +324,7 @@ def main() -> None:
     result["verdict"] = report(arft, trl)
     (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
     print(f"\nresult: {out / 'result.json'}")
+    record("learn_demo", result)
 
 
 if __name__ == "__main__":

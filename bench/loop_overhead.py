@@ -1,4 +1,6 @@
-"""Loop overhead: three-turn rollouts/s with a stub engine and in-process tools.
+"""The rollout loop itself runs over 1,000 three-turn rollouts a second on 2 cores (stub engine, in-process tools).
+
+Loop overhead: three-turn rollouts/s with a stub engine and in-process tools.
 
 Measures everything the rollout loop itself costs — rendering the prompt, appending tool-result
 tokens, parsing calls, running tools, building the Rollout — with generation replaced by the
@@ -6,7 +8,7 @@ scripted engine (no model). Side by side in one run: the token-level path (real 
 and ChatFormat: what training uses) and the chat-level path (what the openai engine uses).
 Goal: >= 1,000 three-turn rollouts/s on 2 cores.
 
-    python bench/loop_overhead.py [--n 2000] [--concurrency 256]
+    python -m bench run loop_overhead [--n 2000] [--concurrency 256]
 """
 
 from __future__ import annotations
@@ -14,22 +16,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from arft.config import RolloutSpec, SamplingSpec  # noqa: E402
-from arft.engines.base import ChatReply, SamplingParams  # noqa: E402
-from arft.engines.scripted import ScriptedEngine  # noqa: E402
-from arft.chat.formats import ChatFormat  # noqa: E402
-from arft.models.loading import load_tokenizer  # noqa: E402
-from arft.records import FunctionCall, Message, Task, ToolCall  # noqa: E402
-from arft.rollout.conversation import ChatConversation, TokenConversation  # noqa: E402
-from arft.rollout.loop import RolloutLimits, run_rollout  # noqa: E402
-from arft.tools.python_fn import PythonTool  # noqa: E402
+from arft.config import RolloutSpec, SamplingSpec
+from arft.engines.base import ChatReply, SamplingParams
+from arft.engines.scripted import ScriptedEngine
+from arft.chat.formats import ChatFormat
+from arft.models.loading import load_tokenizer
+from arft.records import FunctionCall, Message, Task, ToolCall
+from arft.rollout.conversation import ChatConversation, TokenConversation
+from arft.rollout.loop import RolloutLimits, run_rollout
+from arft.tools.python_fn import PythonTool
+from bench.lib.harness import record
+
+QUICK = ["--n", "300", "--concurrency", "64"]
 
 GOAL = 1000.0
 
@@ -86,11 +88,11 @@ async def run(kind: str, n: int, concurrency: int, tokenizer: Any) -> float:
     return n / (time.perf_counter() - start)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=256)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     tokenizer = load_tokenizer("smollm2-135m-instruct")
     results = {}
     for kind in ("token", "chat", "token", "chat"):  # interleaved, best of two
@@ -100,6 +102,8 @@ def main() -> None:
     for kind, rate in results.items():
         print(f"  {kind:5s}-level loop: {rate:8.0f} rollouts/s   ratio to the {GOAL:.0f}/s goal: {rate / GOAL:.2f}x")
     print(f"  token/chat ratio: {results['token'] / results['chat']:.2f}x (cost of keeping exact token ids)")
+    record("loop_overhead", {"rollouts_per_s": results, "goal_per_s": GOAL, "n": args.n,
+                             "concurrency": args.concurrency})
 
 
 if __name__ == "__main__":

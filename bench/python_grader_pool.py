@@ -1,6 +1,8 @@
-"""Python grader throughput: the warm fork-server pool vs a fresh sandboxed process per grade.
+"""Python graders run over 10x faster through the warm fork-server pool than in a fresh sandboxed process per grade.
 
-Run: ``python bench/python_grader_pool.py [--n 400] [--fresh-n N/10] [--size CPUS] [--rounds 4]``.
+Python grader throughput: the warm fork-server pool vs a fresh sandboxed process per grade.
+
+Run: ``python -m bench run python_grader_pool [--n 400] [--fresh-n N/10] [--size CPUS] [--rounds 4]``.
 A trivial grader (``1.0 if sample["output_text"] == item["answer"] else 0.0``) grades ``--n``
 samples through the warm pool and ``--fresh-n`` through fresh processes, both with concurrency
 = the pool size, in alternating rounds so drift in machine load hits both alike. Every score is
@@ -12,13 +14,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
 
-from arft.graders.python_grader import PythonGrader, build  # noqa: E402
+from arft.graders.python_grader import PythonGrader, build
+from bench.lib.harness import record
+
+QUICK = ["--n", "80", "--rounds", "2"]
 
 SOURCE = """
 def grade(sample, item):
@@ -51,7 +55,7 @@ async def run_grades(grader: PythonGrader, start: int, n: int, concurrency: int)
     return time.perf_counter() - t0
 
 
-async def main(n: int, fresh_n: int, size: int, rounds: int) -> None:
+async def compare(n: int, fresh_n: int, size: int, rounds: int) -> dict[str, float]:
     spec = {"type": "python", "name": "bench", "source": SOURCE}
     pool = build(spec, Path("."), mode="pool", pool_size=size)
     fresh = build(spec, Path("."), mode="fresh")
@@ -78,15 +82,21 @@ async def main(n: int, fresh_n: int, size: int, rounds: int) -> None:
     ratio = pool_rate / fresh_rate
     print(f"ratio: {ratio:.1f}x (goal >= 10x: {'met' if ratio >= 10 else 'NOT met'}; "
           f">= 200 grades/s: {'met' if pool_rate >= 200 else 'NOT met'})")
+    return {"pool_grades_per_s": pool_rate, "fresh_grades_per_s": fresh_rate, "ratio": ratio, "pool_size": size}
 
 
-if __name__ == "__main__":
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=400, help="grades through the warm pool")
     parser.add_argument("--fresh-n", type=int, default=None, help="fresh grades (default n/10)")
     parser.add_argument("--size", type=int, default=len(os.sched_getaffinity(0)),
                         help="pool size and concurrency (default: CPUs)")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     fresh_n = args.fresh_n if args.fresh_n is not None else max(args.rounds, args.n // 10)
-    asyncio.run(main(args.n, fresh_n, args.size, args.rounds))
+    result = asyncio.run(compare(args.n, fresh_n, args.size, args.rounds))
+    record("python_grader_pool", {**result, "n": args.n, "fresh_n": fresh_n, "rounds": args.rounds})
+
+
+if __name__ == "__main__":
+    main()

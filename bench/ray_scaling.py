@@ -1,4 +1,6 @@
-"""Ray scale-out: rollouts/s with 1, 2 and 4 rollout workers on a local two-node Ray cluster,
+"""Ray rollout workers scale rollouts/s near-linearly (>= 0.8 of linear at 4 workers) at little cost.
+
+Ray scale-out: rollouts/s with 1, 2 and 4 rollout workers on a local two-node Ray cluster,
 against the same rollouts in one process, in one command.
 
 Each rollout is I/O-bound, as agent rollouts are: a stub engine (no model) writes a tool call,
@@ -10,7 +12,7 @@ second `ray start --address`, each with logical CPUs to spare) is started and st
 Printed: rollouts/s per arm, scaling against one worker (goal: >= 0.8x linear up to 4 workers)
 and the one-worker Ray run's time against the in-process run's (goal: <= 1.15x).
 
-    python bench/ray_scaling.py [--rollouts 96] [--concurrency 8] [--latency 0.2]
+    python -m bench run ray_scaling [--rollouts 96] [--concurrency 8] [--latency 0.2]
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.lib.harness import ROOT, record
+
+NEEDS = {"ray"}  # starts a two-node local Ray cluster
+QUICK = ["--rollouts", "8", "--workers", "1,2"]
+
 
 RAY = str(Path(sys.executable).parent / "ray")
 PORT = 6393
@@ -124,13 +129,13 @@ def ray_cli(*args: str, env: dict[str, str]) -> None:
         raise SystemExit(f"`ray {' '.join(args)}` failed: {done.stderr[-1500:]}")
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rollouts", type=int, default=96)
     p.add_argument("--concurrency", type=int, default=8, help="rollouts one worker (or the process) runs at once")
     p.add_argument("--latency", type=float, default=0.2, help="seconds the endpoint tool sleeps per call")
     p.add_argument("--workers", default="1,2,4")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     from arft.config import load_job
     from arft.data.splits import load_split
     from arft.engines.scripted import ScriptedEngine
@@ -171,7 +176,10 @@ def main() -> None:
     worst = min(args.rollouts * w / wall / one / w for w, wall in walls.items())
     print(f"\nscaling: {worst:.2f} of linear at worst (goal >= 0.8); one Ray worker / in process: "
           f"{walls[min(walls)] / base:.2f}x the time (goal <= 1.15x)")
-    print("command: python bench/ray_scaling.py " + " ".join(sys.argv[1:]))
+    print("command: python -m bench " + " ".join(sys.argv[1:]))
+    record("ray_scaling", {"in_process_s": base, "ray_wall_s": walls, "worst_of_linear": worst,
+                           "one_worker_vs_in_process": walls[min(walls)] / base, "rollouts": args.rollouts,
+                           "concurrency": args.concurrency, "latency_s": args.latency})
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""Same training, two commits: does a refactor leave arft's behaviour unchanged?
+"""A refactor leaves arft's seeded training unchanged: the same metrics to the last digit at two revisions.
 
-    python bench/same_training.py OLD_REV [NEW_REV]      (NEW_REV default: the working tree)
+Same training, two commits: does a refactor leave arft's behaviour unchanged?
+
+    python -m bench run same_training OLD_REV [NEW_REV]      (NEW_REV default: the working tree)
 
 Trains the calculator job for 2 short steps (4 tasks a step, evals on 4 validation tasks, fp32,
 no bf16 autocast: deterministic on one machine) with each revision, one after the other in this
@@ -22,8 +24,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.lib.harness import ROOT, record
+
+SLOW = True  # two short trainings of the embedded model
+QUICK = ["HEAD"]  # the last commit against the working tree
+
 KEYS = ("eval/reward_mean", "eval/tool_calls_mean", "train/task_reward_mean", "update/kl",
         "update/grad_norm", "update/ratio_mean", "update/tokens")
 
@@ -63,11 +70,11 @@ def tree_of(rev: str | None, work: Path) -> Path:
     return tree
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("old")
     parser.add_argument("new", nargs="?", default=None, help="default: the working tree")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         trees = [tree_of(args.old, work), tree_of(args.new, work)]
@@ -87,6 +94,8 @@ def main() -> None:
                 print(f"| {a['step']} | {k} | {a.get(k)} | {b.get(k)} | {'yes' if equal else 'NO'} |")
     same &= len(rows[0]) == len(rows[1])
     print("same training: " + ("yes, to the last digit" if same else "NO"))
+    record("same_training", {"old": args.old, "new": args.new or "working tree", "same": same,
+                             "old_metrics": rows[0], "new_metrics": rows[1], "keys": list(KEYS)})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""Sandbox escape suite: small attacks run the way the shell tool, a python grader and
+"""No escape probe gets out of the sandbox that shell tools, python graders and tests_pass run in.
+
+Sandbox escape suite: small attacks run the way the shell tool, a python grader and
 ``tests_pass`` run untrusted code, each judged from outside (did the host see it?) and inside.
 
-Run: ``python bench/sandbox_escapes.py [--only NAME,NAME] [--list]``. Prints one line per probe,
+Run: ``python -m bench run sandbox_escapes [--only NAME,NAME] [--list]``. Prints one line per probe,
 ``blocked`` or ``ESCAPED`` (or ``BROKEN`` when a probe could not tell: that fails the suite too),
 then ``escapes/probes`` and the isolation layers the host granted; exits 1 on any escape or
 broken probe. Goal: 0 escapes / >= 30 probes in a few minutes on 2 cores.
@@ -9,7 +11,7 @@ broken probe. Goal: 0 escapes / >= 30 probes in a few minutes on 2 cores.
 The probes themselves (network, the trainer's files and environment, other processes, writes
 outside the workspace, fork/memory/disk bombs, IPC across runs and grades, ptrace, mount, bpf,
 keyctl and other denied syscalls, link tricks, timeouts, pytest collection tricks) live in
-``bench/sandbox_escape_probes.py`` (shell tool) and ``bench/sandbox_escape_graders.py`` (python
+``bench/lib/sandbox_probes.py`` (shell tool) and ``bench/lib/sandbox_graders.py`` (python
 grader, ``tests_pass``); this file holds the harness: the host-side bait (a secret
 env var and files outside the workspace, TCP/UDP/Unix servers the sandbox must not reach) and
 the three ways of running a probe.
@@ -31,20 +33,21 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root
-sys.path.insert(1, str(Path(__file__).resolve().parent))  # bench/, for the probes
-
-from arft.config import ShellToolSpec  # noqa: E402
-from arft.graders.registry import build_grader  # noqa: E402
-from arft.records import Score  # noqa: E402
-from arft.sandbox import (CallLimits, CallResult, SandboxedFunction, WarmPool,  # noqa: E402
+from arft.config import ShellToolSpec
+from arft.graders.registry import build_grader
+from arft.records import Score
+from arft.sandbox import (CallLimits, CallResult, SandboxedFunction, WarmPool,
                           create_workspace, probe_isolation, remove_workspace)
-from arft.tools.base import ToolContext  # noqa: E402
-from arft.tools.shell import ShellTool  # noqa: E402
-from sandbox_escape_graders import GRADER_PROBES, TESTS_PASS_PROBES  # noqa: E402
-from sandbox_escape_probes import SHELL_PROBES, Probe, Verdict  # noqa: E402
+from arft.tools.base import ToolContext
+from arft.tools.shell import ShellTool
+from bench.lib.harness import record
+from bench.lib.sandbox_graders import GRADER_PROBES, TESTS_PASS_PROBES
+from bench.lib.sandbox_probes import SHELL_PROBES, Probe, Verdict
+
+QUICK = ["--only", "net_host_loopback_tcp,file_secret_world_readable,ptrace_a_process,keyctl,"
+         "tests_conftest_forces_pass"]  # one probe per kind of layer; the whole suite is ~1 min
 
 PROBES: list[Probe] = [*SHELL_PROBES, *GRADER_PROBES, *TESTS_PASS_PROBES]
 
@@ -187,7 +190,7 @@ async def run_probe(bench: Bench, probe: Probe) -> tuple[Verdict, float]:
     return verdict, time.monotonic() - start
 
 
-async def main(only: set[str] | None) -> int:
+async def run_suite(only: set[str] | None) -> dict[str, object]:
     chosen = [p for p in PROBES if only is None or p.name in only]
     bench = Bench(run_folder())
     bench.plant()
@@ -207,21 +210,25 @@ async def main(only: set[str] | None) -> int:
         bench.cleanup()
     print(f"\n{escapes}/{len(chosen)} escapes ({broken} broken) in {time.monotonic() - t0:.0f} s")
     print(f"isolation: {', '.join(layers)}")
-    return 1 if escapes or broken else 0
+    return {"escapes": escapes, "broken": broken, "probes": len(chosen), "isolation": list(layers),
+            "seconds": round(time.monotonic() - t0, 1)}
 
 
-def cli() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated probe names")
     parser.add_argument("--list", action="store_true", help="list the probes and exit")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.list:
         for p in PROBES:
             print(f"{p.name:32} {p.via:10} {p.what}")
-        return
+        return 0
     only = set(args.only.split(",")) if args.only else None
-    sys.exit(asyncio.run(main(only)))
+    result = asyncio.run(run_suite(only))
+    if only is None:  # only the whole suite is a figure worth keeping
+        record("sandbox_escapes", result)
+    return 1 if result["escapes"] or result["broken"] else 0
 
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(main())

@@ -1,6 +1,8 @@
-"""`arft serve` latency: how soon a client sees a tool call, streamed vs not, on the embedded model.
+"""`arft serve` streams the first chunk of a tool call within 1 s, well before a whole non-streamed reply.
 
-    python bench/serve_latency.py [--n 12] [--max-tokens 64] [--tool-choice required|auto]
+`arft serve` latency: how soon a client sees a tool call, streamed vs not, on the embedded model.
+
+    python -m bench run serve_latency [--n 12] [--max-tokens 64] [--tool-choice required|auto]
 
 Serves the embedded SmolLM2-135M (the `arft serve` app, uvicorn on 127.0.0.1) and sends the
 calculator example's plain validation rows (a system prompt and the user's request) with the
@@ -23,15 +25,14 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from arft.pyfile import load_file
+from bench.lib.harness import OUT as BENCH_OUT
+from bench.lib.harness import ROOT, record
 
-from arft.pyfile import load_file  # noqa: E402
-
-OUT = ROOT / "bench" / "out" / "serve_latency"
+QUICK = ["--n", "2", "--max-tokens", "32"]
+OUT = BENCH_OUT / "serve_latency"
 GOAL_S = 1.0
 
 
@@ -68,12 +69,12 @@ def stats(xs: list[float]) -> dict[str, float]:
             "max": xs[-1], "n": len(xs)}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=12, help="rows asked (each twice: streamed and not)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--tool-choice", default="required", choices=["required", "auto"])
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     import openai
 
@@ -123,7 +124,8 @@ def main() -> None:
         met = "met" if result["stream_first_tool_call_s"]["p95"] <= GOAL_S else "NOT met"
         print(f"\nfirst tool-call token / whole reply (medians): {ratio:.2f}x; goal <= {GOAL_S:.0f} s at p95: {met}")
     print(f"streams without a call: {no_call}/{args.n}; non-streamed replies with a call: {plain_calls}/{args.n}")
-    print("command: python bench/serve_latency.py " + " ".join(sys.argv[1:]))
+    print("command: python -m bench " + " ".join(sys.argv[1:]))
+    record("serve_latency", result)
 
 
 if __name__ == "__main__":

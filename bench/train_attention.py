@@ -1,5 +1,7 @@
-"""Causal attention in the update: PyTorch's CPU flash-attention forward and backward vs arft's AMX
-kernels (``arft.cpu.train_attention``, ``kernels/train_attention.cpp``), alternating call by
+"""arft's AMX kernels run the update's attention forward and backward faster than PyTorch's, as precisely.
+
+Causal attention in the update: PyTorch's CPU flash-attention forward and backward vs arft's AMX
+kernels (``arft.cpu.train_attention``, ``cpu/csrc/train_attention.cpp``), alternating call by
 call on the same inputs in one run, at the embedded model's shapes (9 query heads on 3 key/value
 heads of 64) and the update's micro-batches (3 sequences of 512 by default).
 
@@ -7,7 +9,7 @@ Each arm's time is the median over ``--repeats`` calls; the backward is timed al
 forward's saved output and log-sum-exp). Also prints each arm's largest error against float64 on
 the same inputs, so the speed is not bought with precision.
 
-    python bench/train_attention.py [--batch 3] [--len 512] [--repeats 20] [--threads 2]
+    python -m bench run train_attention [--batch 3] [--len 512] [--repeats 20] [--threads 2]
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
+from typing import Any, Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.lib.harness import record
+
+NEEDS = {"amx"}  # the kernels run on AMX tiles (Intel Sapphire Rapids and later)
+QUICK = ["--batch", "1", "--len", "128", "--repeats", "3"]
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=3)
     ap.add_argument("--len", type=int, default=512)
@@ -30,7 +35,7 @@ def main() -> None:
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     import torch
 
@@ -59,6 +64,7 @@ def main() -> None:
     flops = {"forward": 2 * 2 * b * h * t * t * d / 2, "backward": 5 * 2 * b * h * t * t * d / 2}  # causal half
     print(f"causal attention, {b} x {t} tokens, {h} query heads on {g} key/value heads of {d}, bf16, "
           f"{args.threads} threads, median of {args.repeats}, alternating call by call")
+    result: dict[str, Any] = {"batch": b, "len": t, "heads": h, "kv_heads": g, "head_dim": d}
     for name, (torch_call, arft_call) in arms.items():
         times: dict[str, list[float]] = {"PyTorch flash": [], "arft AMX": []}
         torch_call(), arft_call()  # warm-up
@@ -70,12 +76,14 @@ def main() -> None:
         pt, mine = (statistics.median(x) for x in times.values())
         print(f"  {name}: PyTorch {pt * 1e3:.2f} ms ({flops[name] / pt / 1e9:.0f} GFLOP/s), arft {mine * 1e3:.2f} ms "
               f"({flops[name] / mine / 1e9:.0f} GFLOP/s): {pt / mine:.2f}x")
+        result[name] = {"pytorch_ms": pt * 1e3, "arft_ms": mine * 1e3, "ratio": pt / mine}
     their_grads = torch.autograd.grad(out, theirs, grad)
     my_grads = kernels.train.attention_backward(q, k, v, my_out, grad, my_lse, None, scale)
     err = {name: [float((x.detach().double() - ref).abs().max()) for x, ref in zip(xs, (ref_out, *ref_grads))]
            for name, xs in (("PyTorch", (out, *their_grads)), ("arft", (my_out, *my_grads)))}
     for name, e in err.items():
         print(f"  {name} largest error vs float64: out {e[0]:.4f}, dq {e[1]:.4f}, dk {e[2]:.4f}, dv {e[3]:.4f}")
+    record("train_attention", {**result, "errors_vs_float64": err})
 
 
 def reference(q, k, v, grad, scale):  # type: ignore[no-untyped-def]

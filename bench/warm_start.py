@@ -1,6 +1,8 @@
-"""Warm start + RL against RL alone, side by side in one command, on the same held-out tasks.
+"""Expert iteration (warm start on the policy's own best rollouts, then RL) beats RL alone (goal +30 points).
 
-    python bench/warm_start.py [ENV] [--job FILE] [--samples K] [--tasks N] [--min-reward R]
+Warm start + RL against RL alone, side by side in one command, on the same held-out tasks.
+
+    python -m bench run warm_start [ENV] [--job FILE] [--samples K] [--tasks N] [--min-reward R]
                                [--min-score NAME=V ...] [--epochs E] [--steps S] [--arms rl,warm]
 
 ENV (default ``fix_tests``) is a folder under ``examples/``. Two arms run one after the other on
@@ -26,19 +28,20 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.lib.case_runs import EXAMPLES, evals_of, extra_metrics, fmt
+from bench.lib.harness import OUT, ROOT, log, record
 
-from case_study import EXAMPLES, OUT, evals_of, extra_metrics, fmt, log  # noqa: E402
+SLOW = True  # samples, sft and two RL runs: over an hour
+QUICK = ["fix_tests", "--samples", "2", "--tasks", "2", "--epochs", "1", "--steps", "1"]
 
 BUDGET_MIN = 22.0
 """fix_tests' RL run before this benchmark: 10 steps in 22 minutes on this CPU (README)."""
 
 
 def hooks() -> Any:
-    from arft.app.learning import Hooks
+    from arft.app.session import Hooks
     from arft.report.summary import summary_line
 
     def step_done(step: int, m: dict[str, float]) -> None:
@@ -55,7 +58,7 @@ def hooks() -> Any:
 async def arm(name: str, job: Any, run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     from arft.app.sft import SftOptions
     from arft.app.train import train
-    from arft.app.warm_start import WarmStart, expert_iteration
+    from arft.app.expert_iteration import WarmStart, expert_iteration
 
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -115,7 +118,7 @@ def verdict(res: dict[str, Any]) -> str:
               f"{1.5 * BUDGET_MIN:.0f} min = 1.5 x {BUDGET_MIN:.0f})")
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     from arft.config import load_job
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -130,7 +133,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, help="override training.max_steps")
     p.add_argument("--arms", default="rl,warm")
     p.add_argument("--report-only", action="store_true")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.min_scores = {k: float(v) for k, _, v in (s.partition("=") for s in args.min_score)}
     out = OUT / f"warm_start_{args.env}"
     if not args.report_only:
@@ -138,7 +141,7 @@ def main() -> None:
         job = load_job(env_dir / args.job)
         if args.steps:
             job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": args.steps})})
-        res: dict[str, Any] = {"env": args.env, "arms": {}, "command": "python bench/warm_start.py "
+        res: dict[str, Any] = {"env": args.env, "arms": {}, "command": "python -m bench "
                                + " ".join(sys.argv[1:])}
         with EXAMPLES.services(env_dir):
             for name in args.arms.split(","):
@@ -147,6 +150,7 @@ def main() -> None:
                 res["arms"][name] = {**info, "evals": evals_of(out / name, extra_metrics(env_dir))}
                 out.mkdir(parents=True, exist_ok=True)
                 (out / "result.json").write_text(json.dumps(res, indent=2))
+        record(f"warm_start_{args.env}", {"verdict": verdict(res), **res})
     res = json.loads((out / "result.json").read_text())
     print()
     print(table(res))

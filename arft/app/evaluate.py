@@ -25,7 +25,8 @@ class EvalResult:
 
 
 async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: RunDir | Path, *,
-                   engine: Engine | None = None, grader: Grader | None = None, on_status: Callable[[str], None] = lambda s: None,
+                   engine: Engine | None = None, grader: Grader | None = None,
+                   on_status: Callable[[str], None] = lambda s: None,
                    on_done: Callable[[Rollout], None] | None = None,
                    split: Split = "validation") -> EvalResult:
     """Run ``samples`` rollouts per task, grade and store them in ``run_dir``, and write its

@@ -109,7 +109,7 @@ async def train_with_fault(job: Any, run_dir: Any, fault: Fault | None, *, resum
     never reached (the step had no such moment)."""
     from dataclasses import replace
 
-    from arft.app.learning import Hooks
+    from arft.app.session import Hooks
     from arft.app.train import train
     from arft.graders.registry import build_grader
 

@@ -81,7 +81,8 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
             stack.push_async_callback(close_grader, grader)
         if engine is None:
             on_status(f"loading model {job.model}")
-            engine, close_engine = build_engine(job, run_dir.path, on_status), True  # what open_run builds, it closes
+            engine = build_engine(job, role="eval", run_dir=run_dir.path, on_status=on_status)
+            close_engine = True  # what open_run builds, it closes
         if close_engine:
             stack.push_async_callback(engine.aclose)
         on_status("starting tools")

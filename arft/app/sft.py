@@ -20,18 +20,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arft.app.learning import (Hooks, Session, TrainResult, apply_init_from, evaluate_step, policy_engine,
-                               resume as resume_from, sync_engine)
+from arft.app.policy import apply_init_from, policy_engine, sync_engine
+from arft.app.resume import resume as resume_from
 from arft.app.run import job_record, open_run
+from arft.app.session import Hooks, Session, TrainResult, evaluate_step
 from arft.app.sft_data import load_demonstrations, select, tokenize
 from arft.config import JobSpec
+from arft.data.order import Cursor, batch_for
 from arft.data.splits import load_split
 from arft.graders.base import Grader
 from arft.metrics.sinks import close_sinks, open_sinks
 from arft.records import TrainBatch
-from arft.rollout.demonstration import DemoTokens
+from arft.rollout.demonstration import DemoError, DemoTokens
 from arft.tracing.run_dir import RunDir
-from arft.trainer.checkpoints import Cursor, batch_for, save_checkpoint
+from arft.trainer.checkpoints import CheckpointError, save_checkpoint
 from arft.trainer.learner import Learner, base_learning_rate
 
 SFT_RUN_ID = "sft"
@@ -79,13 +81,13 @@ async def sft(job: JobSpec, data: Path, run_dir: RunDir | Path, *, options: SftO
               hooks: Hooks | None = None, max_batch_size: int | None = None) -> SftResult:
     """Fine-tune ``job``'s model on the demonstrations in ``data`` into ``run_dir``.
 
-    Raises ``ValueError`` when no demonstration is left after filtering and rendering (the message
-    lists why each was dropped), or when ``resume`` finds no checkpoint.
+    Raises ``DemoError`` when no demonstration is left after filtering and rendering (the message
+    lists why each was dropped), ``CheckpointError`` when ``resume`` finds no checkpoint.
     """
     rd, hooks = RunDir.of(run_dir), hooks or Hooks()
     checkpoint = rd.latest_checkpoint() if resume else None
     if resume and checkpoint is None:
-        raise ValueError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")
+        raise CheckpointError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")
     chosen = select(load_demonstrations(job, data), min_reward=options.min_reward, min_scores=options.min_scores,
                     best_of=options.best_of, limit=options.limit)
     val_tasks = load_split(job, "validation", job.training.eval_tasks) if options.evaluate else []
@@ -98,7 +100,7 @@ async def sft(job: JobSpec, data: Path, run_dir: RunDir | Path, *, options: SftO
         demos, dropped = await tokenize(run, chosen.demos)
         dropped.update(chosen.dropped)
         if not demos:
-            raise ValueError(_nothing_left(data, dropped))
+            raise DemoError(_nothing_left(data, dropped))
         total = options.epochs * max(len(demos) // min(options.batch_size, len(demos)), 1)
         lr = options.learning_rate or base_learning_rate(
             job.training, job.rl.hyperparameters.resolved("learning_rate_multiplier"))

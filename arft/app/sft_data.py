@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arft.app.run import Run
-from arft.config import JobSpec
-from arft.data.dataset import load_tasks
+from arft.config import JobError, JobSpec
+from arft.data.dataset import DatasetError, load_tasks
 from arft.data.splits import load_split
 from arft.records import Message, Rollout, Task
 from arft.rollout.demonstration import (DemoError, DemoTokens, Demonstration, replay, split_at_first_assistant,
@@ -45,15 +45,15 @@ class DemoSet:
 def load_demonstrations(job: JobSpec, source: Path) -> DemoSet:
     """The demonstrations in ``source`` (a JSONL file or a run directory), validation tasks left out.
 
-    Raises ``ValueError`` for a source that does not exist or cannot be read.
+    Raises ``DatasetError`` for a source that does not exist or cannot be read.
     """
     if source.is_dir():
         demos = _from_run(job, source)
     elif source.is_file():
         demos = [_from_row(t) for t in load_tasks(source)]
     else:
-        raise ValueError(f"{source}: no such file or run directory; give --data a JSONL of conversations "
-                         "(arft import's demos.jsonl) or the directory of an `arft eval` run")
+        raise DatasetError(f"{source}: no such file or run directory; give --data a JSONL of conversations "
+                           "(arft import's demos.jsonl) or the directory of an `arft eval` run")
     held_out = {t.id for t in load_split(job, "validation")} if job.validation_file else set()
     out = DemoSet([])
     for d in demos:
@@ -74,8 +74,8 @@ def _from_run(job: JobSpec, source: Path) -> list[Demonstration]:
         run_ids = [r["run_id"] for r in store.runs() if r["kind"] == "eval"]
         rollouts = [r for run_id in run_ids for r in store.rollouts(run_id)]
     if not rollouts:
-        raise ValueError(f"{source} holds no evaluation rollouts: run `arft eval JOB --out {source}` "
-                         "(with the teacher's engine, or the policy's) first")
+        raise DatasetError(f"{source} holds no evaluation rollouts: run `arft eval JOB --out {source}` "
+                           "(with the teacher's engine, or the policy's) first")
     tasks = {t.id: t for t in load_split(job, "train")}
     return [_from_rollout(r, tasks.get(r.task_id)) for r in rollouts if r.status != "infra_failed"]
 
@@ -146,7 +146,7 @@ async def tokenize(run: Run, demos: Sequence[Demonstration]) -> tuple[list[DemoT
     """Token ids and loss masks of ``demos`` in ``run``'s rendering, and why the others were dropped."""
     fmt, job = run.runner.chat_format, run.job
     if fmt is None:
-        raise ValueError("arft sft trains the job's own model: set engine.type to transformers")
+        raise JobError("arft sft trains the job's own model: set engine.type to transformers")
     out, dropped = [], Counter[str]()
     for d in demos:
         task = Task(id=d.task_id, messages=d.prompt, tools=d.tools, tool_choice=d.tool_choice)

@@ -1,14 +1,16 @@
 """``arft train``: orchestration only.
 
-Each step: take the next ``batch_size`` tasks, run ``group_size`` rollouts of each with the
-current weights (the engine shares the policy in-process, or holds a copy, e.g. with LoRA merged,
-that is synced after every update), grade, turn rewards into group-relative advantages, update, record metrics; checkpoint every
-``checkpoint_every`` steps and at the end; evaluate on the validation set before step 0, every
-``eval_interval`` steps and at the end. An evaluation runs beside the next step's rollouts (both
-sample from the same weights, so they share the engine's batches), and the next update waits for
-it. The maths lives in ``arft.trainer`` (advantages,
-batching, loss, learner), which sees only token ids, masks, old logprobs and advantages; the run's
-engine, tools, grader and store come from ``open_run``.
+Each step: take the next ``batch_size`` tasks of the data order (``arft.data.order``), run
+``group_size`` rollouts of each with the current weights (the engine shares the policy
+in-process, or holds a copy, e.g. with LoRA merged, that is synced after every update: the
+policy and its engine are ``arft.app.policy``'s), grade, turn rewards into group-relative
+advantages, update, record metrics; checkpoint every ``checkpoint_every`` steps and at the end;
+evaluate on the validation set before step 0, every ``eval_interval`` steps and at the end. An
+evaluation runs beside the next step's rollouts (both sample from the same weights, so they share
+the engine's batches), and the next update waits for it. The maths lives in ``arft.trainer``
+(reward shaping and advantages, batching, loss, learner), which sees only token ids, masks, old
+logprobs and advantages; the run's engine, tools, grader and store come from ``open_run``; every
+seed comes from ``arft.seeds``.
 
 With ``training.max_off_policy_steps`` above 0 the rollouts run ahead (``arft.app.ahead``): the
 batch of step N+1 is generated, from the engine's own copy of the weights, while step N updates
@@ -16,42 +18,41 @@ in a worker thread; each update syncs that copy. Checkpoints and evaluations sti
 their step's update, so an evaluation at step N measures the weights of step N.
 
 Resuming (``resume=True``) continues from the latest checkpoint after dropping what the
-interrupted process recorded after it (``arft.app.learning.resume``), so every step's rollouts,
+interrupted process recorded after it (``arft.app.resume``), so every step's rollouts,
 grades, metric rows and evaluations are stored exactly once however often the run was killed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import math
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
-from arft.cpu import threads as cpu_threads
 from arft.app.ahead import Ahead, Generated, fresh
-from arft.app.learning import (EVAL_SEED_OFFSET, Hooks, Session, TrainResult, apply_init_from,
-                               evaluate_step, on_done, policy_engine, resume as resume_from,
-                               sync_engine)
+from arft.app.policy import apply_init_from, policy_engine, sync_engine
+from arft.app.resume import resume as resume_from
 from arft.app.run import job_record, open_run
-from arft.budget import budget_penalty, usage
+from arft.app.session import Hooks, Session, TrainResult, evaluate_step, on_done
 from arft.config import JobSpec
-from arft.data.splits import load_split
+from arft.cpu import threads as cpu_threads
+from arft.data.order import Cursor, batch_for, steps_per_epoch
+from arft.data.splits import Split, load_split
 from arft.graders.base import Grader
 from arft.metrics.sinks import close_sinks, open_sinks
 from arft.metrics.summary import flat_metrics, summarize
 from arft.records import Rollout, Task
 from arft.together import together
 from arft.tracing.run_dir import RunDir
-from arft.trainer.advantages import GroupAdvantages, group_advantages
+from arft.seeds import step_seed
+from arft.trainer.advantages import batch_advantages, budget_penalty_of, shaped_group_advantages
 from arft.trainer.batching import to_train_batch
-from arft.trainer.checkpoints import Cursor, batch_for, save_checkpoint, steps_per_epoch
+from arft.trainer.checkpoints import CheckpointError, save_checkpoint
 from arft.trainer.learner import Learner, base_learning_rate
 from arft.trainer.memory import release_memory
 
-__all__ = ["EVAL_SEED_OFFSET", "Hooks", "TRAIN_RUN_ID", "TrainResult", "train"]
+__all__ = ["Hooks", "TRAIN_RUN_ID", "TrainResult", "train"]
 
 _T = TypeVar("_T")
 
@@ -79,48 +80,12 @@ class _Plan:
         return cls(train_tasks, val_tasks, group_size, total)
 
 
-def _penalty(job: JobSpec, r: Rollout) -> float:
-    """The budget penalty of ``r``'s tool use (reported apart from its task reward)."""
-    b = job.budget
-    return budget_penalty(usage(r.tool_calls, b.unit, costs=b.tool_costs), b.soft_limit, b.penalty, b.kind)
-
-
-def _group_advantages(job: JobSpec, group: list[Rollout], penalties: list[float] | None = None
-                      ) -> GroupAdvantages:
-    """Advantages of one group from its training rewards (task reward − budget penalty, given or
-    computed); a rollout without a reward (infrastructure or grader failure) gets none: no fake zero."""
-    penalties = penalties if penalties is not None else [_penalty(job, r) for r in group]
-    rewards = [None if r.reward is None else r.reward - p for r, p in zip(group, penalties, strict=True)]
-    return group_advantages(rewards, job.training.normalize_std)
-
-
-def _advantages(job: JobSpec, rollouts: list[Rollout], group_size: int
-                ) -> tuple[list[float | None], dict[str, float]]:
-    """Advantages for every rollout (groups of ``group_size`` in order) and reward metrics."""
-    advantages: list[float | None] = []
-    dropped = 0
-    penalties = [_penalty(job, r) for r in rollouts]
-    for g in range(0, len(rollouts), group_size):
-        adv = _group_advantages(job, rollouts[g:g + group_size], penalties[g:g + group_size])
-        dropped += adv.dropped
-        advantages.extend(adv.values)
-    graded = [(r.reward, p) for r, p in zip(rollouts, penalties) if r.reward is not None]
-    n_groups = math.ceil(len(rollouts) / group_size)
-    return advantages, {"train/groups_dropped": float(dropped), "train/groups": float(n_groups),
-                        "train/task_reward_mean": _mean([reward for reward, _ in graded]),
-                        "train/budget_penalty_mean": _mean([p for _, p in graded])}
-
-
 def _resampled(job: JobSpec, plan: _Plan, n_rollouts: int) -> dict[str, float]:
     """``train/groups_resampled`` (groups drawn beyond the batch) when dynamic sampling is on."""
     if not job.training.dynamic_sampling:
         return {}
     batch = min(job.rl.hyperparameters.resolved("batch_size"), len(plan.train_tasks))
     return {"train/groups_resampled": float(max(n_rollouts // plan.group_size - batch, 0))}
-
-
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else float("nan")
 
 
 async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Generated[Cursor]:
@@ -142,7 +107,7 @@ async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Ge
 async def _run_tasks(t: Session, plan: _Plan, tasks: list[Task], step: int, done: int) -> list[Rollout]:
     """``group_size`` rollouts of each task for ``step``; ``done``: tasks this step ran before
     (their rollouts took the seeds before these)."""
-    seed = t.run.job.seed + 1_000_000 * step + 1000 * plan.group_size * done
+    seed = step_seed(t.run.job.seed, step, plan.group_size, tasks_before=done)
     return await t.run.runner.run_many(tasks, plan.group_size, run_id=TRAIN_RUN_ID, step=step, seed=seed,
                                        on_done=on_done(t.hooks, "generation", step))
 
@@ -155,7 +120,9 @@ async def _resample(t: Session, plan: _Plan, rollouts: list[Rollout], after: Cur
     job, g = t.run.job, plan.group_size
 
     def useful(rs: list[Rollout]) -> int:
-        return sum(not _group_advantages(job, rs[i:i + g]).dropped for i in range(0, len(rs), g))
+        return sum(not shaped_group_advantages(group, [budget_penalty_of(r, job.budget) for r in group],
+                                               job.training.normalize_std).dropped
+                   for group in (rs[i:i + g] for i in range(0, len(rs), g)))
 
     need = wanted - useful(rollouts)
     for _ in range(job.training.dynamic_sampling):
@@ -177,7 +144,7 @@ async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s
     after, bound = generated.cursor, job.training.max_off_policy_steps
     t1 = time.perf_counter()
     rollouts, stale = fresh(generated, bound)
-    advantages, reward_metrics = _advantages(job, rollouts, plan.group_size)
+    advantages, reward_metrics = batch_advantages(rollouts, plan.group_size, job.budget, job.training.normalize_std)
     batch = to_train_batch(rollouts, advantages)
     t.hooks.point("update", after.step)
     if not batch.input_ids:
@@ -216,7 +183,7 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
     rd, hooks = RunDir.of(run_dir), hooks or Hooks()
     checkpoint = rd.latest_checkpoint() if resume else None
     if resume and checkpoint is None:
-        raise ValueError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")
+        raise CheckpointError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")
     plan = _Plan.of(job)
     result = TrainResult(rd.path, plan.total_steps)
     if job.cluster.ray is not None:  # the same loop, over Ray actors (arft.app.cluster)
@@ -228,15 +195,15 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
                                     grader=grader) as crun:
             nodes = {node for actors in crun.where.values() for node, _ in actors}
             hooks.status(f"on Ray: {len(nodes)} nodes")
-            await _session(Session(crun, crun.learner, TRAIN_RUN_ID, plan.val_tasks, hooks, result),  # type: ignore[arg-type]
-                           plan, checkpoint)
+            await _session(Session(crun, crun.learner, TRAIN_RUN_ID, plan.val_tasks, hooks, result), plan, checkpoint)
         return result
     hooks.status(f"loading model {job.model}")
     policy, engine, tokenizer = policy_engine(job, model, tokenizer, max_batch_size, rd.path, hooks.status)
-    splits = {"train": plan.train_tasks, "validation": plan.val_tasks}
+    splits: dict[Split, Sequence[Task]] = {"train": plan.train_tasks, "validation": plan.val_tasks}
     async with open_run(job, rd, engine=engine, close_engine=True, grader=grader, splits=splits) as run:
-        learner = Learner(policy, job.training, base_learning_rate(job.training, job.rl.hyperparameters.resolved(
-            "learning_rate_multiplier")), plan.total_steps, job.sampling.temperature, tokenizer.pad_token_id or 0)
+        lr = base_learning_rate(job.training, job.rl.hyperparameters.resolved("learning_rate_multiplier"))
+        learner = Learner(policy, job.training, lr, plan.total_steps, job.sampling.temperature,
+                          tokenizer.pad_token_id or 0)
         await _session(Session(run, learner, TRAIN_RUN_ID, plan.val_tasks, hooks, result), plan, checkpoint)
     return result
 
@@ -289,6 +256,14 @@ def _eval_due(t: Session, plan: _Plan, step: int) -> int | None:
     interval = t.run.job.rl.hyperparameters.resolved("eval_interval")
     due = bool(plan.val_tasks) and (step % interval == 0 or step == plan.total_steps)
     return step if due and step not in t.result.evals else None
+
+
+@overload
+async def _beside_eval(t: Session, due: int | None, work: Awaitable[_T]) -> _T: ...
+
+
+@overload
+async def _beside_eval(t: Session, due: int | None, work: None) -> None: ...
 
 
 async def _beside_eval(t: Session, due: int | None, work: Awaitable[_T] | None) -> _T | None:

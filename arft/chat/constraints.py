@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Mapping, Sequence
 
+from arft.errors import ArftError
 from arft.records import Frozen
 
 ENFORCED_KEYWORDS = frozenset({
@@ -53,7 +54,9 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 _SCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf", "items")
 
 
-class ConstraintError(ValueError):
+# ValueError too: the doctor's baseline (arft.app.doctor.run) reports a ValueError from the run it
+# starts, a tool schema the constrained decoder cannot compile among them.
+class ConstraintError(ArftError, ValueError):
     """A tool schema the constrained decoder cannot enforce; names the tool and the keyword."""
 
 
@@ -111,7 +114,7 @@ Grammar = ToolGrammar | JsonGrammar
 """What a request may be constrained by: its tool calls, or its whole reply as JSON."""
 
 
-def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
+def _walk(schema: object, path: str) -> Iterator[tuple[str, str]]:
     """``(path, keyword)`` for every keyword of every (sub)schema of ``schema``."""
     if not isinstance(schema, Mapping):
         return  # booleans are valid schemas; anything else is caught by the grammar compiler
@@ -128,7 +131,7 @@ def _walk(schema: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _walk(value, where)
 
 
-def check_schema(tool: str, schema: Any, subject: str | None = None) -> None:
+def check_schema(tool: str, schema: object, subject: str | None = None) -> None:
     """Raise ``ConstraintError`` when ``schema`` uses a keyword the constraint cannot enforce.
     ``subject`` names a schema that is not a tool's (``response_format 'x'``) in the message."""
     who = subject or f"tool '{tool}'"
@@ -157,7 +160,7 @@ def search_pattern(pattern: str) -> str:
     return f"{head}(?:{body}){tail}"
 
 
-def with_search_patterns(schema: Any) -> Any:
+def with_search_patterns(schema: object) -> Any:
     """``schema`` with every ``pattern`` and ``patternProperties`` key rewritten by
     ``search_pattern``, so the grammar accepts exactly the strings JSON Schema accepts."""
     if isinstance(schema, list):
@@ -177,18 +180,18 @@ def with_search_patterns(schema: Any) -> Any:
     return out
 
 
-def function_of(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+def function_of(schema: Mapping[str, object]) -> Mapping[str, Any]:
     """The function part of a tool schema in either shape (``{"type": "function", ...}`` or flat)."""
     fn = schema.get("function")
     return fn if isinstance(fn, Mapping) else schema
 
 
-def is_strict(schema: Mapping[str, Any]) -> bool:
+def is_strict(schema: Mapping[str, object]) -> bool:
     """``"strict": true`` on the function (chat-completions shape) or on the flat schema."""
     return function_of(schema).get("strict") is True or schema.get("strict") is True
 
 
-def grammar_tools(schemas: Sequence[Mapping[str, Any]], constrain_all: bool) -> tuple[GrammarTool, ...]:
+def grammar_tools(schemas: Sequence[Mapping[str, object]], constrain_all: bool) -> tuple[GrammarTool, ...]:
     """The tools of a constrained turn, or ``()`` when nothing is to be constrained.
 
     ``constrain_all`` (the job's ``rollout.constrained_tool_calls``) holds every tool to its

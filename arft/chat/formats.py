@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from arft.chat.constraints import ToolGrammar, grammar_tools
 from arft.chat.messages import hermes_messages, template_messages
@@ -52,6 +52,9 @@ from arft.chat.toolcalls import (
 )
 from arft.records import FunctionCall, Message, ToolCall
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 # Names used only in probe renderings; chosen so they cannot collide with real text.
 PROBE_TOOL = "arft_probe_tool_5e0c"
 PROBE_ARG = "arft_probe_arg"
@@ -67,7 +70,7 @@ class Rendered:
     """The rendered text (prefill included), for logs and viewers; never re-tokenized."""
 
 
-def detect_family(tokenizer: Any) -> str:
+def detect_family(tokenizer: "PreTrainedTokenizerBase") -> str:
     """``template`` if the tokenizer's chat template renders given ``tools``, else ``hermes``."""
     probe = {"type": "function", "function": {
         "name": PROBE_TOOL, "description": "probe",
@@ -84,8 +87,8 @@ def _probe_call(call_id: str = "call_probe0", name: str = PROBE_TOOL) -> ToolCal
     return ToolCall(id=call_id, function=FunctionCall(name=name, arguments=f'{{"{PROBE_ARG}": 1}}'))
 
 
-_PROBE_TOOLS = ({"type": "function", "function": {"name": PROBE_TOOL, "description": "probe",
-                                                  "parameters": {"type": "object"}}},)
+_PROBE_TOOLS: tuple[dict[str, object], ...] = (
+    {"type": "function", "function": {"name": PROBE_TOOL, "description": "probe", "parameters": {"type": "object"}}},)
 _PROBE_HEAD = (Message(role="user", content="Hi"),)
 
 
@@ -98,7 +101,7 @@ class ChatFormat:
     template's own tool prompt (those models were trained on it) and ignores it.
     """
 
-    def __init__(self, tokenizer: Any, worked_example: bool = True, family: str = "auto") -> None:
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", worked_example: bool = True, family: str = "auto") -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ChatFormatError("the tokenizer has no chat template: use an instruct/chat model "
                                   "or set tokenizer.chat_template before building a ChatFormat")
@@ -123,7 +126,7 @@ class ChatFormat:
 
     # ----------------------------------------------------------------- public API
 
-    def render_text(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] = (),
+    def render_text(self, messages: Sequence[Message], tools: Sequence[dict[str, object]] = (),
                     tool_choice: ToolChoice = "auto", add_generation_prompt: bool = False) -> str:
         """The whole conversation as text in this format (no prefill)."""
         listed = self._listed(tools, parse_tool_choice(tool_choice))
@@ -131,7 +134,7 @@ class ChatFormat:
             return self._apply(hermes_messages(messages, listed, self.worked_example), None, add_generation_prompt)
         return self._apply(template_messages(messages), listed or None, add_generation_prompt)
 
-    def render_prompt(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
+    def render_prompt(self, messages: Sequence[Message], tools: Sequence[dict[str, object]],
                       tool_choice: ToolChoice = "auto") -> Rendered:
         """Turn 1's prompt ids: the conversation, the generation prompt and, when ``tool_choice``
         forces a call, the prefilled start of that call (its ids end ``ids``; not sampled).
@@ -196,7 +199,7 @@ class ChatFormat:
             parts.append(self._call_open + name + self._args_infix + canonical_arguments(args) + self._call_end)
         return "\n".join(parts)
 
-    def tool_grammar(self, tools: Sequence[dict[str, Any]], constrain_all: bool) -> ToolGrammar | None:
+    def tool_grammar(self, tools: Sequence[dict[str, object]], constrain_all: bool) -> ToolGrammar | None:
         """The constraint on this format's tool calls for a row offering ``tools``, or None.
 
         ``constrain_all`` holds every tool to its schema; otherwise only ``"strict": true`` tools
@@ -217,7 +220,7 @@ class ChatFormat:
 
     # ----------------------------------------------------------------- rendering
 
-    def _listed(self, tools: Sequence[dict[str, Any]], choice: tuple[str, str | None]
+    def _listed(self, tools: Sequence[dict[str, object]], choice: tuple[str, str | None]
                 ) -> list[dict[str, Any]]:
         """The tool schemas shown to the model under ``choice``."""
         kind, name = choice
@@ -245,12 +248,13 @@ class ChatFormat:
             return self._call_open + json.dumps(name, ensure_ascii=False)[1:-1] + self._args_infix.rstrip()
         return ""
 
-    def _apply(self, dicts: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+    def _apply(self, dicts: list[dict[str, object]], tools: list[dict[str, object]] | None,
                add_generation_prompt: bool) -> str:
         kwargs: dict[str, Any] = {"tools": tools} if tools else {}
         try:
+            # transformers types the messages as str-valued dicts; an assistant's tool calls are not
             text = self.tokenizer.apply_chat_template(
-                dicts, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+                dicts, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)  # type: ignore[arg-type]
         except Exception as e:  # noqa: BLE001 — templates raise jinja, Type, Value errors alike
             hint = "" if self.family == "hermes" else " or build ChatFormat(..., family='hermes')"
             raise ChatFormatError(

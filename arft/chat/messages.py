@@ -25,7 +25,7 @@ def assistant_text(message: Message) -> str:
     return "\n".join(parts)
 
 
-def hermes_messages(messages: Sequence[Message], listed: list[dict[str, Any]],
+def hermes_messages(messages: Sequence[Message], listed: list[dict[str, object]],
                     worked_example: bool) -> list[dict[str, Any]]:
     """Plain role/content messages: calls as text, tool results as one user message."""
     dicts: list[dict[str, Any]] = []

@@ -9,6 +9,7 @@ import json
 from typing import Any, Sequence
 
 from arft.chat.toolcalls import format_tool_call, format_tool_responses
+from arft.errors import ArftError
 
 ToolChoice = str | dict[str, Any] | None
 
@@ -42,11 +43,13 @@ user:
 assistant: It is 09:30 in Paris and 16:30 in Tokyo."""
 
 
-class ChatFormatError(ValueError):
+# ValueError too: the doctor's baseline (arft.app.doctor.run) reports a ValueError from the run it
+# starts, a model whose chat format cannot render the job's tools among them.
+class ChatFormatError(ArftError, ValueError):
     """A conversation, tool list or tool_choice the chat format cannot render; says what to do."""
 
 
-def normalize_tool(tool: dict[str, Any]) -> dict[str, Any]:
+def normalize_tool(tool: dict[str, object]) -> dict[str, Any]:
     """A function schema in chat-completions shape ``{"type": "function", "function": {...}}``."""
     if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
         return tool
@@ -58,7 +61,7 @@ def normalize_tool(tool: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def tool_name(tool: dict[str, Any]) -> str:
+def tool_name(tool: dict[str, object]) -> str:
     """The function name of a tool schema (either shape)."""
     return str(normalize_tool(tool)["function"]["name"])
 
@@ -82,7 +85,7 @@ def parse_tool_choice(tool_choice: ToolChoice) -> tuple[str, str | None]:
     )
 
 
-def hermes_tool_block(tools: Sequence[dict[str, Any]], worked_example: bool = True) -> str:
+def hermes_tool_block(tools: Sequence[dict[str, object]], worked_example: bool = True) -> str:
     """The system-message text that lists ``tools`` and explains the ``<tool_call>`` format."""
     schemas = "\n".join(json.dumps(normalize_tool(t), ensure_ascii=False) for t in tools)
     block = HERMES_TOOL_BLOCK.format(schemas=schemas)

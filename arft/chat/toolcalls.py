@@ -54,7 +54,7 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def canonical_arguments(arguments: dict[str, Any]) -> str:
+def canonical_arguments(arguments: dict[str, object]) -> str:
     """Arguments as a JSON string, in the spacing ``tojson`` uses in chat templates.
 
     Key order is kept (it is the model's); re-rendering a parsed call gives the text a
@@ -63,7 +63,7 @@ def canonical_arguments(arguments: dict[str, Any]) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def format_tool_call(name: str, arguments: str | dict[str, Any]) -> str:
+def format_tool_call(name: str, arguments: str | dict[str, object]) -> str:
     """One call block in the canonical Hermes/Qwen layout (no newline around it)."""
     if isinstance(arguments, str):
         try:
@@ -165,13 +165,14 @@ def _loads_lenient(body: str) -> Any:
     return value
 
 
-def _call_from_object(obj: Any) -> ToolCall:
+def _call_from_object(obj: object) -> ToolCall:
     """A ToolCall from one decoded JSON value; raises ``ValueError`` saying what is wrong."""
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object with \"name\" and \"arguments\", got "
                          f"{type(obj).__name__}")
-    if isinstance(obj.get("function"), dict) and "name" not in obj:
-        obj = obj["function"]  # chat-completions shape written inside the tags
+    function = obj.get("function")
+    if isinstance(function, dict) and "name" not in obj:
+        obj = function  # chat-completions shape written inside the tags
     name = obj.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ValueError("no \"name\" (a non-empty string naming the tool) in the call")

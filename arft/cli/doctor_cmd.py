@@ -19,9 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from arft.app.doctor import Check, DoctorReport, load_data, run_doctor
-from arft.cli.console import console, err, fail
+from arft.cli.console import console, err
 from arft.cli.progress import RolloutProgress
-from arft.config import JobError, load_job
+from arft.config import load_job
 from arft.tracing.run_dir import RunDir
 
 
@@ -42,11 +42,8 @@ def doctor_cmd(
 ) -> None:
     """Check a job against the four principles: a well-defined task, data like real traffic,
     a baseline that can improve by exploring, and an unhackable, continuous reward."""
-    try:
-        job = load_job(job_file)
-        data = load_data(job, traffic)
-    except (JobError, ValueError) as e:
-        fail(str(e))
+    job = load_job(job_file)
+    data = load_data(job, traffic)
     run_dir = None if no_rollouts else (
         RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "doctor"))
     total = min(tasks, len(data.train)) * samples
@@ -61,6 +58,7 @@ def doctor_cmd(
         typer.echo(report.model_dump_json(indent=2))
     else:
         render_doctor(report, console)
+        render_cpu_kernels(console)
     raise typer.Exit(report.exit_code)
 
 
@@ -97,3 +95,12 @@ def render_doctor(report: DoctorReport, console: Console) -> None:
     if report.baseline_run:
         console.print(Text(f"baseline rollouts stored in {report.baseline_run}  —  inspect one: "
                            f"arft show {report.baseline_run} <trace_id>"))
+
+
+def render_cpu_kernels(console: Console) -> None:
+    """One line per library of arft's CPU kernels: ``CPU kernels: <op> loaded``, or ``off because
+    ...`` (docs/cpu.md; loading them builds them where ``python -m arft.cpu build`` has not)."""
+    from arft.cpu import kernels
+
+    for library in kernels.status():
+        console.print(Text(f"CPU kernels: {library.line()}", style="yellow" if library.broken else ""))

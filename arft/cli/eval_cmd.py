@@ -15,7 +15,7 @@ import typer
 from arft.app.evaluate import evaluate
 from arft.cli.console import console, fail
 from arft.cli.progress import RolloutProgress
-from arft.config import JobError, load_job
+from arft.config import load_job
 from arft.data.splits import load_split
 from arft.report.summary import render_summary
 from arft.tracing.run_dir import RunDir
@@ -31,19 +31,13 @@ def eval_cmd(
     """Run traced multi-turn rollouts of every task, grade them and print a summary (the baseline)."""
     if split not in ("train", "validation"):
         fail(f"--split must be train or validation, not '{split}'")
-    try:
-        job = load_job(job_file)
-        tasks = load_split(job, split, limit)  # type: ignore[arg-type]
-    except (JobError, ValueError) as e:
-        fail(str(e))
+    job = load_job(job_file)
+    tasks = load_split(job, split, limit)  # type: ignore[arg-type]
     k = samples or job.rl.hyperparameters.resolved("eval_samples")
     run_dir = RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "eval")
     with RolloutProgress(console, total=len(tasks) * k) as progress:
-        try:
-            result = asyncio.run(evaluate(job, tasks, k, run_dir, on_status=progress.status,
-                                          on_done=progress.done, split=split))  # type: ignore[arg-type]
-        except ValueError as e:  # a dataset naming a tool the job lacks, a bad grader or tool spec
-            fail(str(e))
+        result = asyncio.run(evaluate(job, tasks, k, run_dir, on_status=progress.status,
+                                      on_done=progress.done, split=split))  # type: ignore[arg-type]
     render_summary(result.summary, console)
     console.print(f"\nrun stored in [bold]{result.run_dir.path}[/]  —  "
                   f"inspect one rollout: arft show {result.run_dir.path} <trace_id>")

@@ -56,8 +56,8 @@ def grade_cmd(
         full = (sample_from_text(model_sample) if model_sample is not None
                 else complete_sample(read_object_arg(sample, "--sample")[0]))  # type: ignore[arg-type]
         score = asyncio.run(run_grader(spec, base_dir, item_data, full))
-    except (GraderError, InputError) as e:
-        fail(f"{e}\n(check the spec with: arft grader validate GRADER)")
+    except (GraderError, InputError) as e:  # the spec, --item or --sample: say how to check them
+        fail(str(e), hint="check the spec with: arft grader validate GRADER [--item ITEM --sample SAMPLE]")
     result = score_json(score)
     if not as_json:
         console.print(_score_text(result))

@@ -15,15 +15,14 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from arft.cli.console import console, err, fail
+from arft.cli.console import console, err
 from arft.cli.inputs import read_object_arg
 from arft.cli.runs import open_run_store
-from arft.config import JobError, load_job
+from arft.config import load_job
 from arft.data.splits import load_split
 from arft.graders.audit import AuditReport, audit_grader
-from arft.graders.base import GraderError
 from arft.graders.registry import build_grader
-from arft.graders.validate import InputError, close_grader, validate_grader
+from arft.graders.validate import close_grader, validate_grader
 from arft.records import Rollout
 
 grader_app = typer.Typer(no_args_is_help=True, help="Validate and audit graders.")
@@ -41,10 +40,7 @@ def validate_cmd(
     spec, base_dir = read_object_arg(grader, "grader")
     item_data = read_object_arg(item, "--item")[0] if item is not None else None
     sample_data = read_object_arg(sample, "--sample")[0] if sample is not None else None
-    try:
-        problems = validate_grader(spec, base_dir, item_data, sample_data)
-    except InputError as e:
-        fail(str(e))
+    problems = validate_grader(spec, base_dir, item_data, sample_data)
     if not problems:
         console.print(Text("valid", style="bold green") + Text(f": {spec.get('type')} grader "
                                                               f"{spec.get('name', '')!r}"))
@@ -70,12 +66,9 @@ def audit_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Try to hack the job's grader with adversarial answers and check the reward is continuous."""
-    try:
-        job = load_job(job_file)
-        tasks = load_split(job, "validation", limit)
-        grader = build_grader(job.rl.grader, job.base_dir)
-    except (JobError, GraderError, ValueError) as e:
-        fail(str(e))
+    job = load_job(job_file)
+    tasks = load_split(job, "validation", limit)
+    grader = build_grader(job.rl.grader, job.base_dir)
     baseline = _load_baseline(run) if run is not None else None
 
     async def go() -> AuditReport:
@@ -115,10 +108,13 @@ def _kinds_table(report: AuditReport) -> Table:
                           ("mean", "right"), ("max", "right"), ("errors", "right")]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for kind, s in report.by_kind.items():
-        fmt = (lambda x: "n/a" if x is None else f"{x:.3f}")
         table.add_row(kind, str(s.n), Text(str(s.n_above), style="red" if s.n_above else ""),
-                      fmt(s.mean), fmt(s.max), str(s.n_errors))
+                      _number(s.mean), _number(s.max), str(s.n_errors))
     return table
+
+
+def _number(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 def _hacks_table(report: AuditReport, limit: int = 20) -> Table:

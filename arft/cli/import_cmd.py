@@ -15,8 +15,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from arft.cli.console import console, err, fail
-from arft.config import JobError, load_job
+from arft.cli.console import console, err
+from arft.config import load_job
 from arft.data.checks import NEAR_DUPLICATE_RATIO
 from arft.data.importer import ImportReport, import_traffic
 
@@ -48,17 +48,14 @@ def import_cmd(
 ) -> None:
     """Turn logged chat-completions traffic into arft dataset rows (the episode starts) and
     demonstrations (the whole logged conversations)."""
-    try:
-        job = load_job(job_file) if job_file is not None else None
-        with _progress() as progress:
-            bar = progress.add_task(f"reading {logs.name}", total=None)
-            report = import_traffic(
-                logs, out, job=job, item_paths=item or (), item_optional=item_optional,
-                near_dup=near_dup, val_fraction=val_fraction, redact=redact or (),
-                redact_hook=redact_hook, force=force,
-                on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
-    except (JobError, ValueError) as e:
-        fail(str(e))
+    job = load_job(job_file) if job_file is not None else None
+    with _progress() as progress:
+        bar = progress.add_task(f"reading {logs.name}", total=None)
+        report = import_traffic(
+            logs, out, job=job, item_paths=item or (), item_optional=item_optional,
+            near_dup=near_dup, val_fraction=val_fraction, redact=redact or (),
+            redact_hook=redact_hook, force=force,
+            on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
     _render(report)
     _next_steps(report, logs, out, job_file)
 

@@ -2,9 +2,10 @@
 
 Each command lives in its own module (``arft/cli/<name>_cmd.py``) as a thin function: parse the
 arguments, call the library (``arft.app`` and friends), print through ``arft.cli.console``. This
-module only lists them. Heavy third-party packages (torch, transformers, fastapi, matplotlib, ...)
-are imported where they are used, inside the library or inside a command, so `arft --help` is
-instant.
+module only lists them, in a ``Commands`` group: an ``ArftError`` from any of them is printed as
+one ``error:`` line (exit 2); any other exception keeps its traceback. Heavy third-party
+packages (torch, transformers, fastapi, matplotlib, ...) are imported where they are used, inside
+the library or inside a command, so `arft --help` is instant.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Callable
 
 import typer
 
+from arft.cli.console import Commands
 from arft.cli.doctor_cmd import doctor_cmd
 from arft.cli.eval_cmd import eval_cmd
 from arft.cli.export_cmd import export_cmd
@@ -49,7 +51,7 @@ GROUPS: list[tuple[str, typer.Typer]] = [
 
 def build_app() -> typer.Typer:
     """The `arft` Typer app with every command and command group registered."""
-    cli = typer.Typer(add_completion=False, no_args_is_help=True,
+    cli = typer.Typer(cls=Commands, add_completion=False, no_args_is_help=True,
                       help="arft — Agent Reinforcement Fine-Tuning you run yourself.")
     for name, command in COMMANDS:
         cli.command(name)(command)

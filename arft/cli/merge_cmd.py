@@ -9,17 +9,13 @@ from pathlib import Path
 
 import typer
 
-from arft.cli.console import console, fail
-from arft.tracing.store import StoreError
+from arft.cli.console import console
 from arft.trainer.merge import merge_run
 
 
 def merge_cmd(run_dir: Path = typer.Argument(..., help="A training run directory."),
               out_dir: Path = typer.Argument(..., help="Where to write the merged model.")) -> None:
     """Write the run's latest checkpoint as a plain Hugging Face model (safetensors + tokenizer)."""
-    try:
-        path = merge_run(run_dir, out_dir)
-    except (ValueError, StoreError) as e:
-        fail(str(e))
+    path = merge_run(run_dir, out_dir)
     console.print(f"merged model written to [bold]{path}[/] — load it with "
                   f"AutoModelForCausalLM.from_pretrained('{path}')")

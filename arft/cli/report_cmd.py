@@ -12,10 +12,9 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from arft.cli.console import console, fail
+from arft.cli.console import console
 from arft.report.html import write_report
-from arft.report.report_data import DEFAULT_VIEWER_URL, ReportError
-from arft.tracing.store import StoreError
+from arft.report.report_data import DEFAULT_VIEWER_URL
 
 
 def report_cmd(
@@ -29,10 +28,7 @@ def report_cmd(
     Reward curves, tool calls per rollout before vs after, tool usage, latency and errors,
     tokens, update metrics, and the best and worst rollouts linked to `arft view`.
     """
-    try:
-        path = write_report(run_dir, out, viewer_url)
-    except (ReportError, StoreError) as e:
-        fail(str(e))
+    path = write_report(run_dir, out, viewer_url)
     console.print(f"report written to [bold]{escape(str(path))}[/]")
     console.print(f"browse its rollouts: [bold]arft view {escape(str(run_dir))}[/] "
                   f"(the report links to {escape(viewer_url)})")

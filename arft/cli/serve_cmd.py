@@ -41,22 +41,16 @@ def serve_cmd(
 
     from arft.app.serve.models import served_models
     from arft.app.serve.server import build_app
-    from arft.engines.base import EngineError
-    from arft.models.loading import ModelNotFound
-    from arft.tracing.store import StoreError
 
     key = _api_key(api_key_env)
     problem = port_problem(host, port, "another `arft serve`?")
     if problem:
         fail(problem)
     engine = _engine_spec(dtype, device)
-    try:
-        with err.status("loading") as status:
-            models = served_models(target, name=name, base=base, engine=engine, engine_type=engine_type,
-                                   max_tokens=max_tokens, constrain=constrain,
-                                   on_status=lambda s: status.update(s))
-    except (ValueError, StoreError, ModelNotFound, EngineError) as e:
-        fail(str(e))
+    with err.status("loading") as status:
+        models = served_models(target, name=name, base=base, engine=engine, engine_type=engine_type,
+                               max_tokens=max_tokens, constrain=constrain,
+                               on_status=lambda s: status.update(s))
     for m in models:
         console.print(f"serving [bold]{m.name}[/]  (tool calls {'constrained' if m.constrain else 'free'})")
     auth = f", bearer key from ${api_key_env}" if key else ""
@@ -65,14 +59,16 @@ def serve_cmd(
 
 
 def _engine_spec(dtype: str | None, device: str | None) -> Any:
-    """An ``EngineSpec`` with --dtype/--device, or None (the run's or the defaults)."""
-    from arft.config import EngineSpec
+    """A ``TransformersEngineSpec`` with --dtype/--device, or None (the run's or the defaults)."""
+    from pydantic import ValidationError
+
+    from arft.config import TransformersEngineSpec
 
     if not (dtype or device):
         return None
     try:
-        return EngineSpec(**{k: v for k, v in (("dtype", dtype), ("device", device)) if v})
-    except ValueError as e:
+        return TransformersEngineSpec(**{k: v for k, v in (("dtype", dtype), ("device", device)) if v})
+    except ValidationError as e:  # the options' values, checked as the job's engine section is
         fail(f"--dtype/--device: {e}")
 
 

@@ -15,7 +15,7 @@ import typer
 from arft.app.sft import SftOptions, sft
 from arft.cli.console import console, fail
 from arft.cli.progress import TrainDisplay
-from arft.config import JobError, load_job
+from arft.config import load_job
 from arft.tracing.run_dir import RunDir
 
 
@@ -39,10 +39,7 @@ def sft_cmd(
 ) -> None:
     """Supervised warm start: imitate demonstrations (assistant tokens only), then `arft train`
     with `training.init_from: RUN_DIR` (or `arft train JOB --init-from RUN_DIR`)."""
-    try:
-        job = load_job(job_file)
-    except JobError as e:
-        fail(str(e))
+    job = load_job(job_file)
     if resume and out is None:
         fail("--resume continues a run directory: give it with --out RUN_DIR")
     run_dir = RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "sft")
@@ -53,10 +50,7 @@ def sft_cmd(
                          min_reward=min_reward, min_scores=_scores(min_score), best_of=best_of, limit=limit,
                          evaluate=not no_eval)
     with TrainDisplay(console) as display:
-        try:
-            result = asyncio.run(sft(job, data, run_dir, options=options, resume=resume, hooks=display.hooks()))
-        except ValueError as e:
-            fail(str(e))
+        result = asyncio.run(sft(job, data, run_dir, options=options, resume=resume, hooks=display.hooks()))
     console.print(f"{result.demos} demonstrations ({result.recorded} on their recorded token ids)")
     for why, n in sorted(result.dropped.items(), key=lambda kv: -kv[1]):
         console.print(f"[dim]  dropped {n}: {why}[/]")

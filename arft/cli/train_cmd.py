@@ -12,14 +12,13 @@ from typing import Optional
 
 import typer
 
-from arft.app.cluster.driver import ClusterError
-from arft.app.learning import TrainResult
+from arft.app.session import TrainResult
 from arft.app.sft import SftOptions
 from arft.app.train import train
-from arft.app.warm_start import WarmStart, expert_iteration, warm_start_dir
+from arft.app.expert_iteration import WarmStart, expert_iteration, warm_start_dir
 from arft.cli.console import console, fail
 from arft.cli.progress import TrainDisplay
-from arft.config import JobError, JobSpec, load_job
+from arft.config import JobSpec, load_job
 from arft.tracing.run_dir import RunDir
 
 
@@ -48,10 +47,7 @@ def train_cmd(
         job_file = job_file or _job_file_of(resume)
     if job_file is None:
         fail("give a job file (or --resume RUN_DIR)")
-    try:
-        job = load_job(job_file)
-    except JobError as e:
-        fail(str(e))
+    job = load_job(job_file)
     job = _on_ray(_init_from(job, init_from), ray_address)
     run_dir = RunDir(resume.resolve()) if resume else (
         RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "train"))
@@ -62,10 +58,7 @@ def train_cmd(
         samples=warm_start, tasks=warm_start_tasks, min_reward=warm_start_min_reward,
         sft=SftOptions(epochs=warm_start_epochs, batch_size=4, best_of=1, evaluate=False))
     with TrainDisplay(console) as display:
-        try:
-            result = asyncio.run(_train(job, run_dir, resume is not None, plan, display))
-        except (ValueError, ClusterError) as e:  # a cluster error: no cluster, too few resources, a lost learner
-            fail(str(e))
+        result = asyncio.run(_train(job, run_dir, resume is not None, plan, display))
     display.final(result)
     console.print(f"\nrun stored in [bold]{run_dir.path}[/]  —  export the model: arft merge {run_dir.path} OUT_DIR")
 

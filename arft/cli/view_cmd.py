@@ -12,7 +12,6 @@ import typer
 
 from arft.cli.console import console, fail
 from arft.serving import port_problem
-from arft.tracing.store import StoreError
 
 
 def view_cmd(
@@ -25,10 +24,7 @@ def view_cmd(
 
     from arft.report.viewer import create_app  # imports fastapi: lazy for the same reason
 
-    try:
-        app = create_app(run_dir.resolve())
-    except StoreError as e:
-        fail(str(e))
+    app = create_app(run_dir.resolve())
     problem = port_problem(host, port, "another `arft view`?")
     if problem:
         fail(problem)

@@ -25,22 +25,25 @@ tool specs too. Input paths (datasets, workspace templates, python tool files) r
 the job file's folder; ``run_dir`` resolves against the current directory.
 
 Modules: ``base`` (the strict base model), ``tools`` and ``graders`` (the typed tool and grader
-specs), ``sections`` (arft's sections), ``job`` (the whole job), ``loading`` (``load_job``),
-``auto`` (the ``"auto"`` resolutions).
+specs), ``engines`` (the engine section, one spec per engine type), ``sections`` (arft's other
+sections), ``job`` (the whole job), ``loading`` (``load_job``), ``auto`` (the ``"auto"``
+resolutions).
 """
 
 from arft.config.base import EMBEDDED_MODEL, Auto, Spec
+from arft.config.engines import (EngineSpec, EngineType, LocalModelSpec, OpenAIEngineSpec, TransformersEngineSpec,
+                                 VLLMEngineSpec, engine_as, local_model)
 from arft.config.graders import BuiltinGraderSpec, GraderSpec, as_written
 from arft.config.job import Hyperparameters, JobSpec, Method, Reinforcement
 from arft.config.loading import JobError, load_job
-from arft.config.sections import (BudgetSpec, ClusterSpec, EngineSpec, LoggingSpec, LoraSpec, MlflowSpec,
-                                  RaySpec, RolloutSpec, SamplingSpec, TrainingSpec, WandbSpec)
+from arft.config.sections import (BudgetSpec, ClusterSpec, LoggingSpec, LoraSpec, MlflowSpec, RaySpec, RolloutSpec,
+                                  SamplingSpec, TrainingSpec, WandbSpec)
 from arft.config.tools import EndpointToolSpec, McpToolSpec, PythonToolSpec, ShellToolSpec, ToolSpec
 
 __all__ = [
     "EMBEDDED_MODEL", "Auto", "BudgetSpec", "BuiltinGraderSpec", "ClusterSpec", "EndpointToolSpec", "EngineSpec",
-    "GraderSpec", "Hyperparameters", "JobError", "JobSpec", "LoggingSpec", "LoraSpec",
-    "McpToolSpec", "Method", "MlflowSpec", "PythonToolSpec", "RaySpec", "Reinforcement", "RolloutSpec",
-    "SamplingSpec", "ShellToolSpec", "Spec", "ToolSpec", "TrainingSpec", "WandbSpec", "as_written",
-    "load_job",
+    "EngineType", "GraderSpec", "Hyperparameters", "JobError", "JobSpec", "LocalModelSpec", "LoggingSpec", "LoraSpec",
+    "McpToolSpec", "Method", "MlflowSpec", "OpenAIEngineSpec", "PythonToolSpec", "RaySpec", "Reinforcement",
+    "RolloutSpec", "SamplingSpec", "ShellToolSpec", "Spec", "ToolSpec", "TrainingSpec", "TransformersEngineSpec",
+    "VLLMEngineSpec", "WandbSpec", "as_written", "engine_as", "load_job", "local_model",
 ]

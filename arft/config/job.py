@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, FieldSerializationInfo, field_serializer, field_validator, model_validator
+from pydantic import (BaseModel, Field, FieldSerializationInfo, ValidationInfo, field_serializer, field_validator,
+                      model_validator)
 
 from arft.config import auto
 from arft.config.base import EMBEDDED_MODEL, Auto, Spec
 from arft.config.graders import GraderSpec, as_written
-from arft.config.sections import (BudgetSpec, ClusterSpec, EngineSpec, LoggingSpec, RolloutSpec, SamplingSpec,
-                                  TrainingSpec)
+from arft.config.engines import EngineSpec, TransformersEngineSpec, its_own_options, with_engine_type
+from arft.config.sections import BudgetSpec, ClusterSpec, LoggingSpec, RolloutSpec, SamplingSpec, TrainingSpec
 from arft.config.tools import ToolSpec, with_tool_type
 
 
@@ -101,8 +102,9 @@ class JobSpec(Spec):
     """Accepted for hosted jobs (a name suffix for the trained model)."""
     method: Method
     """The hosted ``method``: ``{type: reinforcement, reinforcement: {...}}``."""
-    engine: EngineSpec = Field(default_factory=EngineSpec)
-    """Which engine generates the rollouts."""
+    engine: EngineSpec = Field(default_factory=TransformersEngineSpec)
+    """Which engine generates the rollouts (``type``: transformers, vllm or openai, each with
+    its own options)."""
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     """How each assistant turn is sampled."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
@@ -119,6 +121,19 @@ class JobSpec(Spec):
     """Where runs are written (default: runs/<job name>-<time>), relative to the current dir."""
     base_dir: Path = Field(default=Path("."), exclude=True)
     """The job file's folder (set by the loader); input paths resolve against it."""
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _infer_engine_type(cls, v: Any, info: ValidationInfo) -> Any:
+        if (info.context or {}).get("stored"):
+            return its_own_options(v)
+        return with_engine_type(v)
+
+    @classmethod
+    def from_stored(cls, data: dict[str, Any]) -> JobSpec:
+        """The job a run stored (``arft.app.run.job_record``). A run recorded before each engine
+        type had its own spec stored every engine's options; those of other engines are dropped."""
+        return cls.model_validate(data, context={"stored": True})
 
     @model_validator(mode="before")
     @classmethod

@@ -17,11 +17,9 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from arft.config.base import JobError
+from arft.config.engines import EngineType
 from arft.config.job import JobSpec
-
-
-class JobError(ValueError):
-    """A job file that cannot be used; the message names the file, line and field."""
 
 
 def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
@@ -98,6 +96,23 @@ def _suggest(word: str, choices: list[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def _applies_to(loc: tuple[Any, ...]) -> str:
+    """Where the misplaced field ``loc[-1]`` sits in the member of a discriminated union chosen by
+    the tag ``loc[-2]`` (an engine's ``type``): the other members that have it, e.g.
+    ``; it is an option of type transformers, not vllm``."""
+    if len(loc) < 2:
+        return ""
+    union, field, tag = _walk(loc[:-2])[1], loc[-1], loc[-2]
+    if not _step(union, tag)[1]:
+        return ""
+    members = [m for m in _members(union) if isinstance(m, type) and issubclass(m, BaseModel)]
+    key = next((name for m in members for name, f in m.model_fields.items()
+                if get_origin(f.annotation) is Literal and tag in get_args(f.annotation)), None)
+    others = sorted({str(t) for m in members if field in m.model_fields and tag not in _tags(m, key)
+                     for t in _tags(m, key)})
+    return f"; it is an option of {key} {', '.join(others)}, not {tag}" if key and others else ""
+
+
 def _message(error: Any, loc: tuple[Any, ...]) -> str:
     """Pydantic's message, with the fields or tags arft knows at that place where it helps."""
     kind, ctx = error["type"], error.get("ctx") or {}
@@ -105,7 +120,8 @@ def _message(error: Any, loc: tuple[Any, ...]) -> str:
         holder = _members(_walk(loc[:-1])[1])
         fields = [f for m in holder if isinstance(m, type) and issubclass(m, BaseModel)
                   for f in m.model_fields]
-        return f"unknown field '{loc[-1]}'" + _suggest(str(loc[-1]), fields)
+        elsewhere = _applies_to(loc)  # a field of another engine type is no typo: no "did you mean"
+        return f"unknown field '{loc[-1]}'" + (elsewhere or _suggest(str(loc[-1]), fields))
     if kind == "union_tag_invalid":
         tags = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
         return (f"unknown {ctx.get('discriminator')} '{ctx.get('tag')}'"
@@ -118,11 +134,21 @@ def _message(error: Any, loc: tuple[Any, ...]) -> str:
     return str(error["msg"])
 
 
+def _shown(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``loc`` as an error shows it. A grader's or tool's type stays in the path (it says which of
+    many specs the field was read as); the engine's does not: one section, written without
+    ``type`` for the default engine, so ``engine.lora`` is the path as the document has it (the
+    message names the type where it matters, ``_applies_to``)."""
+    if len(loc) > 1 and loc[0] == "engine" and loc[1] in get_args(EngineType):
+        return loc[:1] + loc[2:]
+    return loc
+
+
 def _format_errors(path: Path, text: str, err: ValidationError) -> str:
     lines = [f"{path}: invalid job spec"]
     for e in err.errors():
         loc = tuple(e["loc"])
-        where = ".".join(str(p) for p in loc) or "(top level)"
+        where = ".".join(str(p) for p in _shown(loc)) or "(top level)"
         line = _line_of(text, _walk(loc)[0])
         lines.append(f"  {path}:{line or '?'}: {where}: {_message(e, loc)}")
     return "\n".join(lines)

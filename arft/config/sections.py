@@ -1,5 +1,6 @@
-"""arft's own sections of a job, beside the hosted ``method``: engine, sampling, rollout limits,
-the tool-call budget, the RL trainer and where metrics go. Every one is optional."""
+"""arft's own sections of a job, beside the hosted ``method``: sampling, rollout limits, the
+tool-call budget, the RL trainer, where metrics go and scale-out (the engine section has its own
+module, ``arft.config.engines``). Every one is optional."""
 
 from __future__ import annotations
 
@@ -8,82 +9,6 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeFloat
 
 from arft.config.base import Auto, Spec
-
-
-class EngineSpec(Spec):
-    """Which engine generates. ``transformers`` is trainable; ``openai`` is for evaluation only."""
-
-    type: Literal["transformers", "vllm", "openai"] = "transformers"
-    """``transformers``: the job's model in this process (CPU or GPU), trainable; ``vllm``: a vLLM
-    server arft starts (or ``base_url``), token ids in and out, trainable (the weights are synced
-    after every update); ``openai``: an OpenAI-compatible server (evaluation only: it returns no
-    token ids)."""
-    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
-    """Weights and compute dtype of the transformers engine. auto: bfloat16 where bf16 is fast
-    (GPUs, CPUs with native bf16, measured at start), else float32. Full fine-tuning always
-    trains in float32."""
-    device: str = "auto"
-    """A torch device (``cpu``, ``cuda``, ``cuda:1``). auto: cuda when available, else cpu."""
-    max_batch_size: int = 32
-    """Most concurrent requests the transformers engine puts in one forward pass."""
-    prefix_cache_mb: float = Field(2048, ge=0)
-    """transformers engine: memory (MB) for keys and values kept between requests, so a rollout's
-    next turn prefills only its new tokens and the samples of a task share their prompt's
-    prefill. Least recently used prefixes are evicted first; 0 turns KV reuse off. About 46 KB a
-    token for the embedded model in float32, half in bfloat16."""
-    packed_linears: bool = True
-    """transformers engine on the CPU: decode steps and short prefills run the linear layers on
-    oneDNN with weights packed once into its blocked layout (1.5-2x faster matmuls at decode batch
-    sizes; repacked after each weight update), at the cost of one more copy of the linear weights
-    in memory (~0.5 GB for the embedded model in float32). false keeps ``F.linear``."""
-    fused_pass: bool = True
-    """transformers engine on the CPU: decode steps and prefills of Llama-family models (plain
-    LoRA adapters included) run arft's own forward pass (stacked packed products, cascade
-    attention that skips holes, no padding run) instead of Hugging Face's, with the same logits
-    within float rounding; needs ``packed_linears``. false: Hugging Face's forward (for
-    comparisons, e.g. ``bench/demo_pools.py --compare fused``)."""
-    cpu_kernels: bool = True
-    """transformers engine on the CPU, with ``fused_pass``: arft's own kernels (C++ with AVX-512,
-    built on first use with the system's C++ compiler, ``$CXX`` or ``c++``, into
-    ``~/.cache/arft/kernels``) run decode steps' attention over the rows' keys and values (~2x
-    PyTorch's flash kernel there), and RMSNorm, the rotary embedding and ``silu(gate) * up`` in
-    one call each (Hugging Face's results); on AVX2 CPUs without AVX-512, float32 attention only.
-    Where they cannot run (neither, no compiler) the engine logs why and keeps PyTorch's. false:
-    PyTorch's (for comparisons)."""
-    lora: Literal["auto", "merged", "adapter"] = "auto"
-    """transformers engine, LoRA training: how rollouts apply the adapter. ``adapter``: the engine
-    samples from the policy itself (in its fused pass on the CPU, the adapters' products packed
-    beside the base layers': 1.34-1.43x peft's forward on an AMX CPU; elsewhere peft's two extra
-    small matmuls, dropout, scale and sum per layer); ``merged``: from its own copy of the model
-    whose weights are base + adapter, merged again after every update (1.4-1.9x faster decode
-    steps on the CPU, one more copy of the weights; in bfloat16 the adapter's smallest changes
-    round away). auto: merged for float32 weights on the CPU, else adapter."""
-    base_url: str | None = None
-    """openai engine: the server, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """openai engine: the environment variable holding the API key (may be unset for local servers)."""
-    api_key: str | None = None
-    """openai engine: the API key as a ``${ENV_VAR}`` reference, resolved at start (a literal
-    key works too and is stored as ``***``); wins over ``api_key_env``."""
-    served_model: str | None = None
-    """openai engine: the model name to send (default: the job's ``model``)."""
-    timeout_s: float = 120.0
-    """openai engine: seconds one request may take before it is retried."""
-    vllm_python: str | None = None
-    """vllm engine: the python of the environment vLLM is installed in (vLLM pins its own
-    transformers). Default: this python when it can import vllm, else ``.venv-vllm/bin/python``
-    (what ``make setup-vllm`` makes)."""
-    sync: Literal["auto", "lora", "merged"] = "auto"
-    """vllm engine: how trained weights reach the server after each update. ``lora``: the adapter
-    is loaded under a new name (``step-N``); ``merged``: base + adapter written as bf16
-    safetensors and reloaded in place. auto: lora on GPUs, merged on CPUs (LoRA kernels cost ~3x
-    there)."""
-    kv_cache_gb: float = Field(2.0, gt=0)
-    """vllm engine on CPUs: memory for the KV cache (``VLLM_CPU_KVCACHE_SPACE``)."""
-    max_model_len: int | None = None
-    """vllm engine: the server's context length (default: ``rollout.max_tokens``)."""
-    startup_timeout_s: float = 600.0
-    """vllm engine: how long to wait for the server's ``/health``."""
 
 
 class SamplingSpec(Spec):
@@ -192,15 +117,16 @@ class TrainingSpec(Spec):
     """At most this many sequences per forward/backward; gradients accumulate over the whole
     batch. ``micro_batch_tokens`` is what bounds activation memory."""
     micro_batch_tokens: Annotated[int, Field(ge=1)] | Auto | None = "auto"
-    """At most this many tokens run per forward/backward: sequences × the longest, or with
-    ``share_prefix`` the micro-batch's common prefix once plus every row's rest (padded). A
+    """At most this many tokens run per forward/backward: the sequences times the longest, or
+    with ``share_prefix`` the micro-batch's common prefix once plus every row's rest (padded). A
     longer sequence goes alone. Activation memory grows with it. ``auto``: 1536 where the
-    update's activations are float32, 4096 where they are bf16 (half the bytes a value: the same
-    memory; SmolLM2-135M's update of 16 × 512 tokens peaks at 3.95 / 3.99 GB,
-    ``arft.config.auto.micro_batch_tokens``); on a GPU raise it. ``null``: ``micro_batch_size``
+    update's activations are float32, 4096 where they are bf16 (half the bytes a value: about
+    the same memory, measured in docs/benchmarks.md; ``arft.config.auto.micro_batch_tokens``); on
+    a GPU raise it. ``null``: ``micro_batch_size``
     sequences whatever their length."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass: far less memory, ~30 % more compute."""
+    """Recompute activations in the backward pass: far less memory, at the cost of running each
+    layer's forward again during the backward."""
     share_prefix: bool = True
     """Run the tokens every sequence of a micro-batch starts with (a group's prompt, a shared
     system prompt or worked examples) once in the update's forward and backward passes instead
@@ -208,16 +134,18 @@ class TrainingSpec(Spec):
     fused_lora: bool = True
     """Run each LoRA linear layer of the update as one function (base and adapter products, a
     written-out backward) instead of peft's modules, which cast, scale and add the activations in
-    passes of their own: the same gradient, 1.2-1.3x faster updates where bf16 is native
-    (bench/update_throughput.py --fused). Layers with adapter dropout keep peft's forward."""
+    passes of their own: the same gradient in fewer passes over the activations
+    (``python -m bench run update_throughput --fused``; figures in docs/benchmarks.md). Layers
+    with adapter dropout keep peft's forward."""
     cpu_kernels: bool = True
     """Run the update's elementwise steps and attention on arft's CPU kernels
     (``arft.cpu.kernels``, built on first use with the system's C++ compiler) instead of
     PyTorch's several passes each: RMSNorm, the rotary embedding, the MLP's ``silu(gate) * up``
     and the sampled tokens' logprobs and entropy in one pass each way (AVX-512), and causal
-    attention's forward and backward on AMX tiles (bf16 on Intel Sapphire Rapids and later):
-    1.6-1.7x faster updates of the embedded model there (bench/update_throughput.py --kernels),
-    the same gradient within bf16/float32 rounding. Where a kernel cannot run, PyTorch's does."""
+    attention's forward and backward on AMX tiles (bf16 on Intel Sapphire Rapids and later),
+    the same gradient within bf16/float32 rounding (docs/cpu.md; figures in docs/benchmarks.md,
+    ``python -m bench run update_throughput --kernels``). Where a kernel cannot run, PyTorch's
+    does."""
     updates_per_batch: int = 1
     """Optimizer steps per batch of rollouts (minibatch passes; >1 uses the clipped ratio)."""
     normalize_std: bool = True
@@ -233,7 +161,8 @@ class TrainingSpec(Spec):
     numerics differ slightly)."""
     bf16_autocast: bool | Auto = "auto"
     """bf16 autocast for the update: ``auto`` uses it where bf16 is fast (GPUs, and CPUs with
-    native bf16, measured at start); on CPUs without it bf16 is emulated about 100x slower."""
+    native bf16, measured at start); CPUs without it emulate bf16, far slower than float32
+    (docs/cpu.md)."""
     max_off_policy_steps: int = Field(default=0, ge=0, le=8)
     """Async rollouts: the rollouts of step N+1 are generated while step N updates, from weights
     at most this many steps older than the ones the update starts from. 0: synchronous, every

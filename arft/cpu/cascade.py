@@ -29,10 +29,10 @@ to its query heads whenever a mask is given (``repeat_kv``); ``grouped`` lets sd
 key/value heads as they are, which halves a batched prefill's attention time on a 2-core CPU.
 
 The engine passes ``arft_shared_prefix=shared`` (0 when nothing is shared) to the model's forward;
-Hugging Face models pass such keywords down to their attention function. ``enable`` switches a
-model from ``sdpa`` to the registered ``arft_cascade`` implementation, which *is* ``sdpa`` for
-every call without that keyword (the trainer's passes, HF ``generate``) or that needs a gradient,
-so the switch changes nothing else.
+Hugging Face models pass such keywords down to their attention function. ``arft.cpu.attention``
+is that function: it hands the calls that carry the keyword and that ``takes`` accepts to
+``attend``, and every other call (the trainer's passes, HF ``generate``) to the trainer's kernel
+or ``sdpa``, so the switch changes nothing else.
 """
 
 from __future__ import annotations
@@ -42,15 +42,13 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from arft.cpu import train_attention
-
 if TYPE_CHECKING:
     import torch
 
     from arft.cpu.kernels import CpuKernels
 
-NAME = "arft_cascade"
 KEYWORD = "arft_shared_prefix"
+"""The keyword the engine's passes give the model's forward: the columns their rows share."""
 MIN_SHARED = 16
 """Shorter shared prefixes are not worth a second softmax part."""
 MIN_SKIPPED = 0.2
@@ -108,58 +106,26 @@ def hole_split(mask: "torch.Tensor", shared: int) -> Split | None:
     return Split(start, start + best, rows, shape)
 
 
-def enable(model: Any) -> bool:
-    """Give ``model`` cascade attention if it runs ``sdpa`` now; ``True`` when it has it."""
-    config = getattr(model, "config", None)
-    current = getattr(config, "_attn_implementation", None)
-    if current == NAME:
-        return True
-    if current not in ("sdpa", train_attention.NAME) or not hasattr(model, "set_attn_implementation") \
-            or not _has_cpu_flash():
-        return False  # eager, flash, flex or a custom kernel: left as it is
-    _register()
-    model.set_attn_implementation(NAME)
-    return getattr(model.config, "_attn_implementation", None) == NAME
-
-
 def reads_once(shared: int, rows: int) -> bool:
     """Whether a decode step of ``rows`` rows sharing ``shared`` leading columns cascades."""
     return shared >= MIN_SHARED and rows >= 2
 
 
-def _has_cpu_flash() -> bool:
+def has_cpu_flash() -> bool:
+    """Whether this torch has the CPU flash-attention kernel the parts run on."""
     import torch
 
     return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
 
 
-@functools.cache
-def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-    AttentionInterface.register(NAME, cascade_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)  # the same masks sdpa gets
-
-
-def cascade_attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
-                      attention_mask: "torch.Tensor | None", dropout: float = 0.0,
-                      scaling: float | None = None, **kwargs: Any) -> tuple["torch.Tensor", None]:
-    """Hugging Face attention-function signature: ``query`` ``[B, Hq, q, D]``, ``key``/``value``
-    ``[B, Hkv, T, D]``; returns ``[B, q, Hq, D]``. Only the engine's passes (``kwargs[KEYWORD]``
-    present) that need no gradient take the fast paths: single-token queries of two or more rows
-    sharing at least ``MIN_SHARED`` leading columns cascade (``_decode``), and a masked prefill of
-    a grouped-query model runs sdpa on the key/value heads as they are (``grouped``). Every other
-    call is the trainer's (``arft.cpu.train_attention.attention``: Hugging Face's ``sdpa``
-    unless it takes the call)."""
-    mark = kwargs.pop(KEYWORD, None)
-    shared = int(mark or 0)
+def takes(query: "torch.Tensor", key: "torch.Tensor", attention_mask: "torch.Tensor | None", shared: int,
+          dropout: float, kwargs: dict[str, Any]) -> bool:
+    """Whether an engine's pass (the keyword given, ``shared`` its value) takes a fast path: a plain
+    call (``_plain_call``) whose single-token queries of two or more rows share at least
+    ``MIN_SHARED`` leading columns (``cascades``), or a masked prefill of a grouped-query model
+    (``grouped``: sdpa on the key/value heads as they are)."""
     grouped_prefill = query.shape[2] > 1 and attention_mask is not None and key.shape[1] != query.shape[1]
-    if mark is not None and _plain_call(query, dropout, kwargs) and (cascades(query, key, shared) or grouped_prefill):
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        return attend(query, key, value, attention_mask, shared, scale), None
-    return train_attention.attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                     **kwargs)
+    return _plain_call(query, dropout, kwargs) and (cascades(query, key, shared) or grouped_prefill)
 
 
 def cascades(query: "torch.Tensor", key: "torch.Tensor", shared: int) -> bool:

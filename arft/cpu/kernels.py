@@ -1,92 +1,73 @@
-"""arft's CPU kernels (``kernels/*.cpp``), built on first use: a decode step's attention, and the
-small steps around its products.
+"""arft's CPU kernels as the engine and the trainer call them: ``load()`` builds (``arft.cpu.build``)
+and opens one library per source in ``csrc/``, and ``CpuKernels`` gives their ops as methods on
+tensors, each call checked against the header's prototypes (``arft.cpu.abi``).
 
-A decode step's attention on the CPU is its rows' queries (one token each, ``G`` query heads per
-key/value head) against each row's own keys and values. PyTorch's CPU flash-attention kernel runs
-that as matrix products of ``G`` rows, and reads the keys and values at about half the bandwidth
-a plain streaming loop reaches: on a 2-core AMX Xeon it was ~45 % of the embedded model's decode
-step. ``decode_attention.cpp`` streams each row's keys and values once (16 columns a block,
-online softmax in float32, blocks of masked columns skipped), starts from the shared prefix's
-part (read once for all rows by PyTorch's kernel, ``arft.cpu.cascade``) and writes the
-merged output (``CpuKernels.attend``).
+- decode attention (``decode_attention.cpp``, AVX-512 in float32 and, on AVX512-BF16, bfloat16;
+  ``decode_attention_avx2.cpp``, float32 on CPUs with AVX2 and FMA but no AVX-512): a decode
+  step's rows, one query token each, against their own keys and values, joined with the shared
+  prefix's part (``CpuKernels.attend``, used by ``arft.cpu.cascade``);
+- the small steps around a decode step's products (``small_ops.cpp``, AVX-512): RMSNorm after
+  its residual add, the rotary embedding in place, ``silu(gate) * up``, with Hugging Face's results;
+- the update's kernels (``CpuKernels.train``, ``arft.cpu.train_kernels``): causal attention's two
+  passes on AMX and the token-logprob, rotary and SiLU-mul gradients.
 
-``small_ops.cpp`` holds the small steps around a step's products: Llama's RMSNorm after the
-residual add it follows, the rotary embedding of queries and keys in place, and the MLP's
-``silu(gate) * up`` (``rms_norm``, ``rope_``, ``silu_mul``), each one call where PyTorch
-dispatches 2-10 operations, with Hugging Face's results (the rotation bit for bit; the norm's sum of
-squares in another order, the same in bf16 on the tests' samples).
-
-They are C++ with AVX-512 intrinsics (bfloat16 products on AVX512-BF16; on CPUs with AVX2 and
-FMA but no AVX-512, ``decode_attention_avx2.cpp`` runs float32 attention and nothing else: 1.1x
-PyTorch's AVX-512 flash kernel where measured, on an AVX-512 machine), compiled once per
-machine with the system's C++ compiler (``$CXX``, else ``c++``/``g++``; ``-march=native
--fopenmp``) into ``~/.cache/arft/kernels`` (``$ARFT_KERNEL_CACHE``), keyed by the sources, the
-compiler and the CPU, and loaded with ``ctypes``. Their OpenMP loops run on the calling thread's
-pool of the OpenMP runtime torch already loaded (the same ``libgomp.so.1``): no threads added.
-
-``load()`` gives them, or ``None`` where they cannot run here (no x86-64 CPU with AVX2 or AVX-512, no
-compiler, a failed build: ``unavailable()`` says why, and the engine keeps PyTorch's). They sit
-in ``arft.models`` so that the engine and the trainer can both use them. torch is imported lazily.
+Each library loads or is off on its own (``status()`` says which and why: no compiler, a failed
+build, a CPU without the instructions); where one is off its ops say so (``supports``,
+``small_ops``, ``train.attention_backward_runs``, ``train.ops``) and their callers run PyTorch's
+operations instead. Their OpenMP loops run on the OpenMP runtime torch already loaded (the same
+``libgomp.so.1``): no threads added. docs/cpu.md has the whole story. torch is imported lazily.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
 
-from arft.cpu.train_kernels import TrainKernels
+from arft.cpu import abi, build
+from arft.cpu.train_kernels import TrainKernels, bound as _bound, need
 
 if TYPE_CHECKING:
     import torch
 
 log = logging.getLogger(__name__)
 
-KERNELS = Path(__file__).resolve().parent / "csrc"
-SOURCES = (KERNELS / "decode_attention.cpp", KERNELS / "decode_attention_avx2.cpp", KERNELS / "small_ops.cpp",
-           KERNELS / "train_attention.cpp", KERNELS / "train_ops.cpp")
-HEADERS = (KERNELS / "vec.h",)
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
-AVX2_FLAGS = tuple(f for f in FLAGS if f != "-march=native") + ("-march=x86-64-v3",)
-"""The build for a CPU with AVX2 and FMA but no AVX-512 (``compile_to``: tests and benchmarks here)."""
-"""``-ffp-contract=off``: no multiply-add fused where PyTorch rounds the product first."""
 GROUPS = range(1, 9)
-"""Query heads per key/value head the kernel is built for."""
+"""Query heads per key/value head the decode-attention kernels are built for."""
 HEAD_DIMS = (32, 64, 128)
 FLOAT32, BFLOAT16 = 1, 2
-"""Bits of ``arft_decode_attention_caps()``: what the build can run on this CPU."""
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
-_ARGS = ([_PTR, _I64, _I64, _I64] * 3 + [_PTR, _I64, _PTR, _I64, _I64, _I64, _PTR, _I64, _I64, _I64, _PTR, _PTR]
-         + [_I64] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int])
+"""Bits of ``CpuKernels.caps``: the dtypes decode attention runs in here."""
+OPS = {"decode_attention": "decode attention, AVX-512", "decode_attention_avx2": "decode attention, AVX2",
+       "small_ops": "RMSNorm, rotary, SiLU-mul", "train_attention": "train attention, AMX",
+       "train_ops": "token logprobs, rotary and SiLU-mul backward"}
+"""What each library runs, as ``status()`` names it."""
 
 
 class CpuKernels:
     """The loaded kernels: ``attend`` where ``supports``; ``rms_norm``, ``rope_``, ``silu_mul``
-    where ``small_ops``."""
+    where ``small_ops``; the update's on ``train``. ``libs``: each source's library by name
+    (``build.LIBRARIES``); a library left out is off."""
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
-        self._run = lib.arft_decode_attention
-        self._run.argtypes, self._run.restype = _ARGS, ctypes.c_int
-        self.caps = int(lib.arft_decode_attention_caps())
-        self._norm, self._rope, self._silu = lib.arft_rms_norm, lib.arft_rope, lib.arft_silu_mul
-        self._norm.argtypes = [_PTR, _I64] * 3 + [_PTR, _PTR] + [_I64] * 3 + [ctypes.c_float, _PTR] + [ctypes.c_int] * 2
-        self._norm_back = lib.arft_rms_norm_backward
-        self._norm_back.argtypes, self._norm_back.restype = [_PTR] * 5 + [_I64] * 2 + [ctypes.c_int] * 2, ctypes.c_int
-        self._rope.argtypes = [_PTR] + [_I64] * 3 + [_PTR, _PTR] + [_I64] * 2 + [ctypes.c_int, ctypes.c_int]
-        self._silu.argtypes = [_PTR, _I64] * 2 + [_PTR] + [_I64] * 2 + [ctypes.c_int, ctypes.c_int]
-        self._norm.restype = self._rope.restype = self._silu.restype = ctypes.c_int
-        self.small_ops = bool(lib.arft_small_ops_caps())
+    def __init__(self, libs: Mapping[str, ctypes.CDLL]) -> None:
+        decode, avx2, small = (_bound(libs, n) for n in ("decode_attention", "decode_attention_avx2", "small_ops"))
+        self._run, self._avx2 = decode.get("arft_decode_attention"), avx2.get("arft_decode_attention_avx2")
+        self._own_caps = int(decode["arft_decode_attention_caps"]()) if decode else 0
+        self._avx2_runs = bool(avx2) and bool(avx2["arft_decode_attention_avx2_caps"]())
+        self.caps = self._own_caps | (FLOAT32 if self._avx2_runs else 0)
+        """Bits ``FLOAT32``/``BFLOAT16``: the dtypes ``attend`` runs here (float32 on the AVX2
+        library where the AVX-512 one does not run it)."""
+        self._norm, self._norm_back = small.get("arft_rms_norm"), small.get("arft_rms_norm_backward")
+        self._rope, self._silu = small.get("arft_rope"), small.get("arft_silu_mul")
+        self.small_ops = bool(small) and bool(small["arft_small_ops_caps"]())
         """Whether ``rms_norm``, ``rope_`` and ``silu_mul`` run here (AVX-512)."""
-        self.train = TrainKernels(lib)
+        self.max_norm_dim = int(small["arft_rms_norm_max_dim"]()) if small else 0
+        """Values a row at most for ``rms_norm`` (the library's ``ARFT_RMS_NORM_MAX_DIM``)."""
+        self.train = TrainKernels(libs)
         """The update's kernels (``arft.cpu.train_kernels``)."""
+        self.loaded = frozenset(libs)
+        """The libraries this was opened with."""
 
     def supports(self, dtype: "torch.dtype", group: int, head_dim: int) -> bool:
         """Whether it runs queries of ``dtype`` with ``group`` query heads per key/value head."""
@@ -121,17 +102,18 @@ class CpuKernels:
             raise ValueError(f"arft CPU kernels: {q.dtype} with {g} query heads of {d} per key/value head is not "
                              "built here; check CpuKernels.supports first")
         out = torch.empty((b, h, g, d), dtype=q.dtype)
-        m = (None, 0) if mask is None else (mask.data_ptr(), mask.stride(0))
+        m = (None, 0) if mask is None else (mask, mask.stride(0))
         p = (None, 0, 0, 0, None, 0, 0, 0) if prior is None else (
-            prior[0].data_ptr(), *prior[0].stride()[:3], prior[1].data_ptr(), *prior[1].stride())
-        rc = self._run(q.data_ptr(), *q.stride()[:3], key.data_ptr(), *key.stride()[:3], value.data_ptr(),
-                       *value.stride()[:3], *m, *p, out.data_ptr(), None, b, h, g, key.shape[2], d, scale,
-                       int(q.dtype == torch.bfloat16), torch.get_num_threads())
+            prior[0], *prior[0].stride()[:3], prior[1], *prior[1].stride())
+        args = (q, *q.stride()[:3], key, *key.stride()[:3], value, *value.stride()[:3], *m, *p, out, None, b, h, g, t,
+                d, scale)
+        own = q.dtype == torch.bfloat16 or self._own_caps & FLOAT32  # else float32 on the AVX2 library
+        rc = (need("decode_attention", self._run)(*args, int(q.dtype == torch.bfloat16), torch.get_num_threads())
+              if own else need("decode_attention_avx2", self._avx2)(*args, torch.get_num_threads()))
         if rc:
             raise ValueError(f"arft CPU kernels: {q.dtype} with {g} query heads of {d} per key/value head is not "
                              "built here; check CpuKernels.supports first")
         return out
-
 
     def rms_norm(self, x: "torch.Tensor", weight: "torch.Tensor", eps: float, delta: "torch.Tensor | None" = None,
                  rstd: "torch.Tensor | None" = None) -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -150,10 +132,9 @@ class CpuKernels:
                              "check CpuKernels.fits first")
         out = torch.empty_like(x)
         hidden = x if delta is None else torch.empty_like(x)
-        rc = self._norm(x.data_ptr(), dim, None if delta is None else delta.data_ptr(), dim,
-                        None if delta is None else hidden.data_ptr(), dim, weight.data_ptr(), out.data_ptr(), dim,
-                        rows, dim, eps, None if rstd is None else rstd.data_ptr(), int(x.dtype == torch.bfloat16),
-                        torch.get_num_threads())
+        rc = need("small_ops", self._norm)(x, dim, delta, dim, None if delta is None else hidden, dim, weight,
+                                                out, dim, rows, dim, eps, rstd, int(x.dtype == torch.bfloat16),
+                                                torch.get_num_threads())
         if rc:
             raise ValueError(f"arft CPU kernels: no RMSNorm of {dim} values a row here; check CpuKernels.fits first")
         return out, hidden
@@ -167,8 +148,8 @@ class CpuKernels:
 
         dim = x.shape[-1]
         out = torch.empty_like(x)
-        if self._norm_back(grad.data_ptr(), x.data_ptr(), weight.data_ptr(), rstd.data_ptr(), out.data_ptr(),
-                           x.numel() // dim, dim, int(x.dtype == torch.bfloat16), torch.get_num_threads()):
+        if need("small_ops", self._norm_back)(grad, x, weight, rstd, out, x.numel() // dim, dim,
+                                                   int(x.dtype == torch.bfloat16), torch.get_num_threads()):
             raise ValueError(f"arft CPU kernels: no RMSNorm backward of {dim} values a row here")
         return out
 
@@ -184,8 +165,8 @@ class CpuKernels:
                 or not cos.dtype == sin.dtype == x.dtype):
             raise ValueError("arft CPU kernels: rope_ needs evenly strided rows of at least heads * head_dim, and "
                              "contiguous cos/sin of x's dtype with one row per row of x")
-        rc = self._rope(x.data_ptr(), stride, heads, head_dim, cos.data_ptr(), sin.data_ptr(), head_dim, rows,
-                        int(x.dtype == torch.bfloat16), torch.get_num_threads())
+        rc = need("small_ops", self._rope)(x, stride, heads, head_dim, cos, sin, head_dim, rows,
+                                                int(x.dtype == torch.bfloat16), torch.get_num_threads())
         if rc:
             raise ValueError(f"arft CPU kernels: no rotary embedding of heads of {head_dim} here")
 
@@ -199,17 +180,57 @@ class CpuKernels:
         if g_row is None or u_row is None or gate.shape != up.shape or gate.dtype != up.dtype:
             raise ValueError("arft CPU kernels: silu_mul needs gate and up of one shape and dtype, rows evenly strided")
         out = torch.empty(gate.shape, dtype=gate.dtype)
-        rc = self._silu(gate.data_ptr(), g_row, up.data_ptr(), u_row, out.data_ptr(), gate.numel() // gate.shape[-1],
-                        gate.shape[-1], int(gate.dtype == torch.bfloat16), torch.get_num_threads())
+        rc = need("small_ops", self._silu)(gate, g_row, up, u_row, out, gate.numel() // gate.shape[-1],
+                                                gate.shape[-1], int(gate.dtype == torch.bfloat16),
+                                                torch.get_num_threads())
         if rc:
             raise ValueError("arft CPU kernels: no silu_mul here; check CpuKernels.small_ops first")
         return out
 
     def fits(self, x: "torch.Tensor") -> bool:
         """Whether ``rms_norm``/``rope_`` take ``x``: on the CPU, a dtype the build runs, contiguous
-        rows of a multiple of 16 values (at most 8192)."""
+        rows of a multiple of 16 values (at most ``max_norm_dim``)."""
         return (self.small_ops and self.supports(x.dtype, 1, 64) and x.device.type == "cpu" and x.is_contiguous()
-                and x.shape[-1] % 16 == 0 and x.shape[-1] <= 8192)
+                and x.shape[-1] % 16 == 0 and x.shape[-1] <= self.max_norm_dim)
+
+    def off_reason(self, library: str) -> str | None:
+        """Why ``library``'s ops do not run here though it loaded (``None``: they run)."""
+        if library not in self.loaded:
+            return "it was not loaded"
+        avx512 = "built for this CPU without AVX-512"
+        off = {"decode_attention": None if self._own_caps else avx512 + (
+                   ": decode attention runs on decode_attention_avx2" if self._avx2_runs else ""),
+               "decode_attention_avx2": None if self._avx2_runs else (
+                   "not needed: this CPU runs the AVX-512 decode attention" if self._own_caps & FLOAT32
+                   else "built for this CPU without AVX2 and FMA"),
+               "small_ops": None if self.small_ops else avx512,
+               "train_attention": None if self.train.attention_backward_runs else (
+                   "no AMX with bfloat16 here, or Linux did not lend its tiles (PyTorch's sdpa runs)"),
+               "train_ops": None if self.train.ops else avx512}
+        return off[library]
+
+
+class LibraryStatus(NamedTuple):
+    """One library of the kernels in this process: on, or off and why."""
+
+    name: str
+    reason: str | None
+    """``None``: loaded and its ops run here; else why they do not."""
+    path: Path | None = None
+    broken: bool = False
+    """Whether it failed to build or open (rather than this CPU lacking what it needs)."""
+
+    def line(self) -> str:
+        """``decode_attention (decode attention, AVX-512) loaded``, or ``... off because ...``."""
+        state = "loaded" if self.reason is None else f"off because {self.reason}"
+        return f"{self.name} ({OPS.get(self.name, self.name)}) {state}"
+
+
+class Loaded(NamedTuple):
+    """What ``load`` found: the kernels (``None`` where none runs here) and each library's status."""
+
+    kernels: CpuKernels | None
+    libraries: tuple[LibraryStatus, ...]
 
 
 def rows_of(x: "torch.Tensor") -> int | None:
@@ -229,45 +250,91 @@ def rows_of(x: "torch.Tensor") -> int | None:
     return x.shape[-1] if row is None else row
 
 
-@functools.cache
 def load() -> CpuKernels | None:
-    """The kernel, built and loaded once a process; ``None`` where it cannot run (``unavailable``)."""
-    import torch  # noqa: F401  (its OpenMP runtime loads first; the kernel's libgomp.so.1 is that one)
-
-    reason = _cpu_reason()
-    if reason is None:
-        try:
-            kernel, added = opened(_build())
-        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            reason = f"{exc}"
-        else:
-            if not kernel.caps:
-                reason = "built without AVX2 or AVX-512 (the compiler's -march=native found neither)"
-            elif added:  # torch with its own renamed libgomp (older wheels): two thread pools
-                reason = (f"they brought a second OpenMP runtime beside torch's ({', '.join(added)}); "
-                          "install torch>=2.7, whose libgomp.so.1 they share")
-            else:
-                log.info("arft's CPU kernels loaded (%s)", ", ".join(x.name for x in SOURCES))
-                return kernel
-    _REASONS.append(reason)
-    log.warning("arft's CPU kernels are off, PyTorch's operations run instead: %s", reason)
-    return None
+    """The kernels, built and loaded once a process; ``None`` where none runs here (``unavailable``)."""
+    return _loaded().kernels
 
 
-_REASONS: list[str] = []
+def status() -> tuple[LibraryStatus, ...]:
+    """Each library's status in this process (loading them first, as ``load`` does)."""
+    return _loaded().libraries
 
 
 def unavailable() -> str | None:
-    """Why ``load()`` gave ``None`` (``None`` while it has not been tried or when it loaded)."""
-    return _REASONS[-1] if _REASONS else None
+    """Why ``load()`` gives ``None`` (``None`` when it gives the kernels)."""
+    loaded = _loaded()
+    if loaded.kernels is not None:
+        return None
+    reasons = list(dict.fromkeys(s.reason for s in loaded.libraries if s.reason))
+    return reasons[0] if len(reasons) == 1 else "; ".join(f"{s.name}: {s.reason}" for s in loaded.libraries)
 
 
-def opened(path: Path) -> tuple[CpuKernels, list[str]]:
-    """The kernels in the library at ``path``, and the OpenMP runtimes loading it added to this
-    process (none where it shares the one torch loaded)."""
+@functools.cache
+def _loaded() -> Loaded:
+    """Every library built (``build.build_all``) and opened: once a process."""
+    loaded = open_built(build.build_all())
+    for s in loaded.libraries:  # a CPU without the instructions is no news; a failed build is
+        if s.broken:
+            log.warning("arft's CPU kernels: %s; PyTorch's operations run instead", s.line())
+        else:
+            log.info("arft's CPU kernels: %s", s.line())
+    return loaded
+
+
+def open_built(built: Sequence[build.Built]) -> Loaded:
+    """The kernels in the libraries ``built``: each one opened, checked against the header, and
+    refused where it brought a second OpenMP runtime beside torch's."""
+    import torch  # noqa: F401  (its OpenMP runtime loads first; the kernels' libgomp.so.1 is that one)
+
+    libs: dict[str, ctypes.CDLL] = {}
+    errors: dict[str, str] = {}
+    for b in built:
+        lib, error = _open(b.name, b.path) if b.path is not None else (None, b.error or "it was not built")
+        if lib is not None:
+            libs[b.name] = lib
+        else:
+            errors[b.name] = error or ""
+    kernels = CpuKernels(libs) if libs else None
+    states = tuple(_state(b, errors.get(b.name), kernels) for b in built)
+    return Loaded(kernels if any(s.reason is None for s in states) else None, states)
+
+
+def _state(built: build.Built, error: str | None, kernels: CpuKernels | None) -> LibraryStatus:
+    """One library's status: its error (a failure unless it is the CPU's ``build.cpu_reason``),
+    or whether its ops run on this CPU."""
+    if error is not None or kernels is None:
+        return LibraryStatus(built.name, error or "", built.path, broken=error != build.cpu_reason())
+    return LibraryStatus(built.name, kernels.off_reason(built.name), built.path)
+
+
+def opened(paths: Mapping[str, Path]) -> tuple[CpuKernels, list[str]]:
+    """The kernels in the libraries at ``paths`` (by library name), and the OpenMP runtimes
+    opening them added to this process (none where they share the one torch loaded)."""
     before = set(_openmp_runtimes())
-    kernel = CpuKernels(ctypes.CDLL(str(path)))
-    return kernel, sorted(set(_openmp_runtimes()) - before)
+    kernels = CpuKernels({name: ctypes.CDLL(str(path)) for name, path in paths.items()})
+    return kernels, sorted(set(_openmp_runtimes()) - before)
+
+
+def from_library(path: Path) -> CpuKernels:
+    """The kernels in one library built from every source (``build.compile_to``'s default: other
+    targets than this CPU, for tests and benchmarks)."""
+    lib = ctypes.CDLL(str(path))
+    return CpuKernels({name: lib for name in build.LIBRARIES})
+
+
+def _open(name: str, path: Path) -> tuple[ctypes.CDLL | None, str | None]:
+    """One library opened and its functions looked up, or why not."""
+    before = set(_openmp_runtimes())
+    try:
+        lib = ctypes.CDLL(str(path))
+        abi.bind(lib, name)
+    except (OSError, AttributeError) as exc:
+        return None, f"{path.name} does not open as the header says: {exc}"
+    added = sorted(set(_openmp_runtimes()) - before)
+    if added:  # torch with its own renamed libgomp (older wheels): two thread pools
+        return None, (f"it brought a second OpenMP runtime beside torch's ({', '.join(added)}); install torch>=2.7, "
+                      "whose libgomp.so.1 it shares")
+    return lib, None
 
 
 def _openmp_runtimes() -> list[str]:
@@ -278,69 +345,3 @@ def _openmp_runtimes() -> list[str]:
         return []
     names = {line.split()[-1] for line in maps.splitlines() if "/" in line}
     return sorted(n for n in names if Path(n).name.startswith(("libgomp", "libiomp", "libomp")))
-
-
-def _cpu_reason() -> str | None:
-    """Why this CPU cannot run the kernels (``None``: it can): they need x86-64 with AVX-512, or
-    AVX2 and FMA (float32 decode attention only)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return f"they need an x86-64 CPU with AVX-512 or AVX2 (this is {platform.machine()})"
-    flags = _cpu_flags()
-    if {"avx512f", "avx512bw", "avx512dq"} <= flags or {"avx2", "fma"} <= flags:
-        return None
-    return "this CPU has neither AVX-512 nor AVX2 with FMA"
-
-
-@functools.cache
-def _cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (Linux's ``/proc/cpuinfo``; empty elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def _compiler() -> str:
-    """The C++ compiler: ``$CXX``, else ``c++`` or ``g++`` on the PATH."""
-    found = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if not found:
-        raise RuntimeError("no C++ compiler found (install g++, or set CXX to a C++17 compiler with OpenMP)")
-    return found
-
-
-def _build() -> Path:
-    """The shared library for this source, compiler and CPU: built into the cache once (an
-    atomic rename, so concurrent processes never load a half-written file)."""
-    cxx = _compiler()
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
-    sources = [x.read_bytes() for x in SOURCES + HEADERS]
-    key = hashlib.sha256(b"\0".join([*sources, " ".join(FLAGS).encode(), cxx.encode(), version.encode(),
-                                     " ".join(sorted(_cpu_flags())).encode()])).hexdigest()[:16]
-    cache = Path(os.environ.get("ARFT_KERNEL_CACHE", "~/.cache/arft/kernels")).expanduser()
-    target = cache / f"decode_attention-{key}.so"
-    if target.exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".so")
-    os.close(fd)
-    try:
-        compile_to(Path(tmp))
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
-
-
-def compile_to(out: Path, flags: tuple[str, ...] = FLAGS) -> None:
-    """Compile the kernels into the library ``out`` with ``flags`` (other targets than this CPU:
-    e.g. ``-march=x86-64-v3`` for an AVX2 machine, as the tests and ``bench/decode_attention.py`` do)."""
-    cxx = _compiler()
-    done = subprocess.run([cxx, *flags, "-o", str(out), *map(str, SOURCES)], capture_output=True, text=True,
-                          timeout=300)
-    if done.returncode:
-        raise RuntimeError(f"building {KERNELS.name}/*.cpp with {cxx} failed (exit {done.returncode}): "
-                           f"{done.stderr.strip()[-600:]}; set CXX to a C++17 compiler with OpenMP")

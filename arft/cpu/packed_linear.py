@@ -121,7 +121,7 @@ def _packed_class() -> type:
 
         plain_linear = True
         """Its weight is an ``nn.Linear``'s and every pass needing a gradient is ``F.linear``: the
-        trainer may compute with it as with ``nn.Linear`` (``arft.cpu.fused_lora``)."""
+        trainer may compute with it as with ``nn.Linear`` (``arft.cpu.ops.lora``)."""
 
         def forward(self, x: "torch.Tensor") -> "torch.Tensor":
             return _forward(self, x)

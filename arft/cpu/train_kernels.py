@@ -1,43 +1,39 @@
-"""The update's kernels in arft's CPU kernel library (``arft.cpu.kernels`` builds and loads
-it; ``CpuKernels.train`` is this): causal attention's forward and backward passes on AMX
-(``kernels/train_attention.cpp``, used by ``arft.cpu.train_attention``), and the sampled
-tokens' logprobs and entropy, and the gradient of the MLP's ``silu(gate) * up``
-(``kernels/train_ops.cpp``, AVX-512; used by ``arft.cpu.fused_ops``). Each is one pass where
-PyTorch runs several over large tensors. torch is imported lazily.
+"""The update's kernels (``CpuKernels.train``; ``arft.cpu.kernels`` builds and loads their
+libraries): causal attention's forward and backward passes on AMX (``csrc/train_attention.cpp``,
+used by ``arft.cpu.train_attention``), and the sampled tokens' logprobs and entropy, the rotary
+embedding out of place and the gradient of the MLP's ``silu(gate) * up`` (``csrc/train_ops.cpp``,
+AVX-512; used by ``arft.cpu.ops``). Each is one pass where PyTorch runs several over large
+tensors; each call is checked against the header (``arft.cpu.abi``). torch is imported lazily.
 """
 
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Mapping
+
+from arft.cpu import abi
 
 if TYPE_CHECKING:
     import torch
-
-_I64, _PTR, _INT, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 
 
 class TrainKernels:
     """``attention_forward`` and ``attention_backward`` where ``attention_backward_runs``;
     ``token_logprobs``, its backward, ``rope`` and ``silu_mul_backward`` where ``ops``."""
 
-    def __init__(self, lib: Any) -> None:
-        self._attn_back = lib.arft_attention_backward
-        self._attn_back.argtypes, self._attn_back.restype = [_PTR] * 19 + [_I64] * 6 + [_F32, _INT], _INT
-        self.attention_backward_runs = bool(lib.arft_attention_backward_caps())
+    def __init__(self, libs: Mapping[str, ctypes.CDLL]) -> None:
+        attention, ops = bound(libs, "train_attention"), bound(libs, "train_ops")
+        self._attn, self._attn_back = attention.get("arft_attention_forward"), attention.get("arft_attention_backward")
+        self.attention_backward_runs = bool(attention) and bool(attention["arft_attention_backward_caps"]())
         """Whether ``attention_forward`` and ``attention_backward`` run here (AMX with bfloat16,
         and Linux lent its tiles)."""
-        self._attn = lib.arft_attention_forward
-        self._attn.argtypes, self._attn.restype = [_PTR] * 10 + [_I64] * 6 + [_F32, _INT], _INT
-        self._lp, self._lp_back = lib.arft_token_logprobs, lib.arft_token_logprobs_backward
-        self._lp.argtypes, self._lp.restype = [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _F32, _INT, _INT], _INT
-        self._lp_back.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _I64, _I64, _F32, _INT, _INT]
-        self._lp_back.restype = _INT
-        self._silu_back = lib.arft_silu_mul_backward
-        self._silu_back.argtypes, self._silu_back.restype = [_PTR] * 5 + [_I64, _INT, _INT], _INT
-        self._rope = lib.arft_rope_strided
-        self._rope.argtypes, self._rope.restype = [_PTR] * 7 + [_I64] * 4 + [_INT] * 3, _INT
-        self.ops = bool(lib.arft_train_ops_caps())
+        self.max_scores = int(attention["arft_attention_max_scores"]()) if attention else 0
+        """Queries × keys a head at most for the attention kernels (the library's
+        ``ARFT_ATTENTION_MAX_SCORES``): the backward keeps a head's dSᵀ, 2 bytes a score, per
+        thread; longer sequences run ``sdpa``."""
+        self._lp, self._lp_back = ops.get("arft_token_logprobs"), ops.get("arft_token_logprobs_backward")
+        self._silu_back, self._rope = ops.get("arft_silu_mul_backward"), ops.get("arft_rope_strided")
+        self.ops = bool(ops) and bool(ops["arft_train_ops_caps"]())
         """Whether the logprob, silu and rotary kernels run here (AVX-512)."""
 
     def attention_forward(self, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", lens: "torch.Tensor | None",
@@ -52,9 +48,9 @@ class TrainKernels:
         self._check(q, k, v, lens)
         out = torch.empty((b, tq, hq, d), dtype=q.dtype).transpose(1, 2)
         lse = torch.empty((b, hq, tq), dtype=torch.float32)
-        if self._attn(q.data_ptr(), _strides(q), k.data_ptr(), _strides(k), v.data_ptr(), _strides(v),
-                      None if lens is None else lens.data_ptr(), out.data_ptr(), _strides(out), lse.data_ptr(),
-                      b, hq, k.shape[1], tq, k.shape[2], d, scale, torch.get_num_threads()):
+        if need("train_attention", self._attn)(q, _strides(q), k, _strides(k), v, _strides(v), lens, out, _strides(out),
+                                              lse, b, hq, k.shape[1], tq, k.shape[2], d, scale,
+                                              torch.get_num_threads()):
             raise ValueError(f"arft CPU kernels: no attention of {hq} query heads on {k.shape[1]} key/value heads, "
                              f"{tq} queries on {k.shape[2]} keys, heads of {d}, here; check "
                              "CpuKernels.train.attention_backward_runs first")
@@ -84,7 +80,7 @@ class TrainKernels:
         ``grad`` (of ``out``): the queries are the last ``Tq`` of ``Tk`` positions, and row ``b``
         sees only its first ``lens[b]`` keys (int64 ``[B]``; ``None``: all). bfloat16, the last
         dimension contiguous and even strides, ``D`` a multiple of 32; where ``attention_backward_runs``
-        (``kernels/train_attention.cpp``)."""
+        (``csrc/train_attention.cpp``)."""
         import torch
 
         b, hq, tq, d = q.shape
@@ -95,11 +91,11 @@ class TrainKernels:
                              f"[B, Hq, Tq] (got {tuple(out.shape)}, {tuple(grad.shape)}, {lse.dtype} "
                              f"{tuple(lse.shape)})")
         gq, gk, gv = (torch.empty(x.shape, dtype=x.dtype) for x in (q, k, v))
-        args = [x for t in (q, k, v, out, grad) for x in (t.data_ptr(), _strides(t))]
-        args += [lse.data_ptr(), (ctypes.c_int64 * 3)(*lse.stride())]
-        args += [None if lens is None else lens.data_ptr()]
-        args += [x for t in (gq, gk, gv) for x in (t.data_ptr(), _strides(t))]
-        if self._attn_back(*args, b, hq, k.shape[1], tq, k.shape[2], d, scale, torch.get_num_threads()):
+        args: list[object] = [x for t in (q, k, v, out, grad) for x in (t, _strides(t))]
+        args += [lse, (ctypes.c_int64 * 3)(*lse.stride()), lens]
+        args += [x for t in (gq, gk, gv) for x in (t, _strides(t))]
+        if need("train_attention", self._attn_back)(*args, b, hq, k.shape[1], tq, k.shape[2], d, scale,
+                                                   torch.get_num_threads()):
             raise ValueError(f"arft CPU kernels: no attention backward of {hq} query heads on {k.shape[1]} key/value "
                              f"heads, {tq} queries on {k.shape[2]} keys, heads of {d}, here; check "
                              "CpuKernels.train.attention_backward_runs first")
@@ -114,8 +110,8 @@ class TrainKernels:
 
         n, v = self._rows(logits, targets)
         lp, ent, lse = (torch.empty(n, dtype=torch.float32) for _ in range(3))
-        rc = self._lp(logits.data_ptr(), logits.stride(0), targets.data_ptr(), lp.data_ptr(), ent.data_ptr(),
-                      lse.data_ptr(), n, v, inv_t, int(logits.dtype == torch.bfloat16), torch.get_num_threads())
+        rc = need("train_ops", self._lp)(logits, logits.stride(0), targets, lp, ent, lse, n, v, inv_t,
+                                        int(logits.dtype == torch.bfloat16), torch.get_num_threads())
         if rc:
             raise ValueError("arft CPU kernels: " + ("a target outside the vocabulary" if rc == 2 else
                                                      "no token logprobs here; check CpuKernels.train.ops first"))
@@ -130,8 +126,8 @@ class TrainKernels:
         n, v = self._rows(logits, targets)
         grad = grad.float().contiguous()
         out = torch.empty((n, v), dtype=logits.dtype)
-        if self._lp_back(logits.data_ptr(), logits.stride(0), targets.data_ptr(), lse.data_ptr(), grad.data_ptr(),
-                         out.data_ptr(), n, v, inv_t, int(logits.dtype == torch.bfloat16), torch.get_num_threads()):
+        if need("train_ops", self._lp_back)(logits, logits.stride(0), targets, lse, grad, out, n, v, inv_t,
+                                           int(logits.dtype == torch.bfloat16), torch.get_num_threads()):
             raise ValueError("arft CPU kernels: no token logprobs here; check CpuKernels.train.ops first")
         return out
 
@@ -163,8 +159,8 @@ class TrainKernels:
                              f"(got {x.dtype} {tuple(x.shape)}, {cos.dtype} {tuple(cos.shape)})")
         out = torch.empty(x.shape, dtype=x.dtype)
         sc = (ctypes.c_int64 * 2)(cos.stride(0) if cos.shape[0] > 1 else 0, cos.stride(1))
-        if self._rope(x.data_ptr(), _strides(x), out.data_ptr(), _strides(out), cos.data_ptr(), sin.data_ptr(), sc,
-                      b, h, t, d, int(inverse), int(x.dtype == torch.bfloat16), torch.get_num_threads()):
+        if need("train_ops", self._rope)(x, _strides(x), out, _strides(out), cos, sin, sc, b, h, t, d, int(inverse),
+                                        int(x.dtype == torch.bfloat16), torch.get_num_threads()):
             raise ValueError("arft CPU kernels: no rotary embedding here; check CpuKernels.train.ops first")
         return out
 
@@ -181,8 +177,8 @@ class TrainKernels:
             raise ValueError("arft CPU kernels: silu_mul_backward needs gate, up and grad contiguous, of one shape "
                              "and dtype (bfloat16 or float32)")
         dgate, dup = torch.empty_like(gate), torch.empty_like(up)
-        if self._silu_back(gate.data_ptr(), up.data_ptr(), grad.data_ptr(), dgate.data_ptr(), dup.data_ptr(),
-                           gate.numel(), int(gate.dtype == torch.bfloat16), torch.get_num_threads()):
+        if need("train_ops", self._silu_back)(gate, up, grad, dgate, dup, gate.numel(),
+                                             int(gate.dtype == torch.bfloat16), torch.get_num_threads()):
             raise ValueError("arft CPU kernels: no silu_mul backward here; check CpuKernels.train.ops first")
         return dgate, dup
 
@@ -190,3 +186,15 @@ class TrainKernels:
 def _strides(x: "torch.Tensor") -> "ctypes.Array[ctypes.c_int64]":
     """``x``'s strides but the last, for a kernel."""
     return (ctypes.c_int64 * (x.dim() - 1))(*x.stride()[:-1])
+
+
+def bound(libs: Mapping[str, ctypes.CDLL], name: str) -> dict[str, abi.Function]:
+    """Library ``name``'s functions (``arft.cpu.abi``) where it is among ``libs``, else none."""
+    return abi.bind(libs[name], name) if name in libs else {}
+
+
+def need(library: str, fn: "abi.Function | None") -> "abi.Function":
+    """``fn``, or a clear error where its library is off."""
+    if fn is None:
+        raise ValueError(f"arft CPU kernels: {library} is off here; check arft.cpu.kernels.status()")
+    return fn

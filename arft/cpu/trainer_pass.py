@@ -30,6 +30,6 @@ class ThreadFlag:
 
 
 TRAINER_PASSES = ThreadFlag()
-"""On inside the trainer's own passes (``arft.cpu.fused_lora.passes``): the fused functions
-the update uses run there without a gradient too, so that its old-logprob pass computes exactly
-what its update pass computes."""
+"""On inside the trainer's own passes (the learner's old-logprob pass): the fused functions the
+update uses (``arft.cpu.ops``) run there without a gradient too, so that its old-logprob pass
+computes exactly what its update pass computes."""

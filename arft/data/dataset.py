@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from arft.errors import ArftError
 from arft.records import FunctionCall, Message, Task, ToolCall
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -28,12 +29,25 @@ UNDECODABLE = re.compile("[\udc80-\udcff]")
 """A byte that is not UTF-8, as ``errors="surrogateescape"`` decodes it."""
 
 
-class DatasetError(ValueError):
+# ValueError too: opening a run checks its splits' tools with DatasetError, and callers of a run
+# (the doctor's checks, the warm start in arft.app.expert_iteration) report a ValueError from it
+# as the data's fault.
+class DatasetError(ArftError, ValueError):
     """A dataset that cannot be used; every line of the message is ``file:line: reason``."""
 
 
-class RowError(ValueError):
-    """One bad row (internal): the loader prefixes ``file:line:``."""
+# ValueError too: the row checks (normalise_tool_schema, parse_messages) are documented and tested
+# as raising ValueError.
+class RowError(ArftError, ValueError):
+    """One bad row or message; the loaders report it as a ``DatasetError`` prefixed ``file:line:``,
+    ``arft serve`` as a 400 naming the field."""
+
+
+# ValueError too: a bad --item (arft.data.traffic.parse_item_paths) was a ValueError to
+# import_traffic's callers before this class covered it, and its tests still catch it so.
+class TrafficImportError(ArftError, ValueError):
+    """An import of logged traffic (``arft.data.importer``) that cannot run: a bad option, no
+    valid line, an output folder in the way; the message says what to do."""
 
 
 def load_tasks(path: str | Path) -> list[Task]:
@@ -113,7 +127,7 @@ def _parse_row(line: str, lineno: int, stem: str) -> Task:
                 parallel_tool_calls=parallel, item=item)
 
 
-def _task_id(row: dict[str, Any], lineno: int, stem: str) -> str:
+def _task_id(row: dict[str, object], lineno: int, stem: str) -> str:
     if "id" not in row:
         return f"{stem}:{lineno}"
     value = row["id"]
@@ -122,7 +136,7 @@ def _task_id(row: dict[str, Any], lineno: int, stem: str) -> str:
     return str(value)
 
 
-def parse_messages(raw: Any) -> tuple[Message, ...]:
+def parse_messages(raw: object) -> tuple[Message, ...]:
     """Chat-completions messages as records (``RowError`` naming the message and the fault)."""
     if raw is None:
         raise RowError("no 'messages'; every row needs a non-empty list of chat messages")
@@ -132,7 +146,7 @@ def parse_messages(raw: Any) -> tuple[Message, ...]:
     return tuple(_parse_message(m, i) for i, m in enumerate(raw))
 
 
-def _parse_message(raw: Any, index: int) -> Message:
+def _parse_message(raw: object, index: int) -> Message:
     where = f"messages[{index}]"
     if not isinstance(raw, dict):
         raise RowError(f"{where} must be an object with 'role' and 'content'")
@@ -159,7 +173,7 @@ def _parse_message(raw: Any, index: int) -> Message:
                    tool_call_id=tool_call_id, name=name)
 
 
-def _parse_content(raw: dict[str, Any], where: str, has_calls: bool) -> str | None:
+def _parse_content(raw: dict[str, object], where: str, has_calls: bool) -> str | None:
     """Message content as a string; a list of text parts is joined with newlines."""
     content = raw.get("content")
     if content is None:
@@ -184,7 +198,7 @@ def _parse_content(raw: dict[str, Any], where: str, has_calls: bool) -> str | No
                    f"{type(content).__name__}")
 
 
-def _parse_tool_calls(raw: Any, where: str, role: str) -> tuple[ToolCall, ...] | None:
+def _parse_tool_calls(raw: object, where: str, role: str) -> tuple[ToolCall, ...] | None:
     """Few-shot tool calls on an assistant message, in chat-completions shape."""
     if raw is None:
         return None
@@ -202,12 +216,13 @@ def _parse_tool_calls(raw: Any, where: str, role: str) -> tuple[ToolCall, ...] |
     return tuple(calls)
 
 
-def check_call(call: Any, here: str) -> dict[str, Any]:
+def check_call(call: object, here: str) -> dict[str, Any]:
     """The ``function`` of one chat-completions tool call, once its shape is checked (``RowError``
     naming ``here`` otherwise)."""
     fn = call.get("function") if isinstance(call, dict) else None
     bad_type = isinstance(call, dict) and call.get("type", "function") != "function"
-    if bad_type or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+    if not isinstance(call, dict) or bad_type or not isinstance(fn, dict) or not isinstance(fn.get("name"), str) \
+            or not fn["name"]:
         raise RowError(f"{here} must be "
                        '{"id", "type": "function", "function": {"name", "arguments"}}')
     if not isinstance(call.get("id"), str) or not call["id"]:
@@ -216,7 +231,7 @@ def check_call(call: Any, here: str) -> dict[str, Any]:
     return fn
 
 
-def _arguments(fn: dict[str, Any], where: str) -> str:
+def _arguments(fn: dict[str, object], where: str) -> str:
     """Arguments as a JSON string; an object written inline is encoded for the user."""
     args = fn.get("arguments", "{}")
     if isinstance(args, dict):
@@ -232,7 +247,7 @@ def _arguments(fn: dict[str, Any], where: str) -> str:
                    f"one), got {args!r}")
 
 
-def parse_tools(raw: Any) -> tuple[dict[str, Any], ...]:
+def parse_tools(raw: object) -> tuple[dict[str, Any], ...]:
     """Function tool schemas, normalised to the completions shape (``RowError`` for a bad one)."""
     if not isinstance(raw, list):
         raise RowError("'tools' must be a list of function schemas "
@@ -245,7 +260,7 @@ def parse_tools(raw: Any) -> tuple[dict[str, Any], ...]:
     return tuple(tools)
 
 
-def normalise_tool_schema(raw: Any, where: str = "tool") -> dict[str, Any]:
+def normalise_tool_schema(raw: object, where: str = "tool") -> dict[str, Any]:
     """A function schema in completions format; the flat Responses-API shape is converted.
 
     Completions: ``{"type": "function", "function": {"name", "description", "parameters"}}``.
@@ -296,9 +311,10 @@ def _named_tools(task: Task) -> list[str]:
     names = [t["function"]["name"] for t in task.tools or ()]
     choice = task.tool_choice
     if isinstance(choice, dict):
-        fn = choice.get("function") if isinstance(choice.get("function"), dict) else choice
-        if isinstance(fn.get("name"), str):
-            names.append(fn["name"])
+        function = choice.get("function")
+        fn = function if isinstance(function, dict) else choice
+        if isinstance(name := fn.get("name"), str):
+            names.append(name)
     elif isinstance(choice, str) and choice not in ("auto", "none", "required"):
         names.append(choice)
     return list(dict.fromkeys(names))

@@ -21,13 +21,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from pydantic import BaseModel
 
 from arft.config import JobSpec, McpToolSpec, PythonToolSpec
 from arft.data.checks import NEAR_DUPLICATE_RATIO
 from arft.data.redact import build_redactor
+from arft.data.dataset import TrafficImportError
 from arft.data.traffic import TrafficRecord, canonical, parse_item_paths, read_traffic
 
 NEIGHBOURS = 8
@@ -36,10 +37,6 @@ NEAR_DUP_METHOD = (f"sorted neighbourhood: fuzz.ratio against the next {NEIGHBOU
                    "sorted order, then the same on the reversed prompts")
 MAX_ERRORS = 100
 OUTPUT_FILES = ("train.jsonl", "validation.jsonl", "demos.jsonl", "import_report.json")
-
-
-class TrafficImportError(ValueError):
-    """An import that cannot run; the message says what to do."""
 
 
 class ImportReport(BaseModel):
@@ -117,8 +114,8 @@ def import_traffic(logs: Path, out: Path, *, job: JobSpec | None = None,
                    on_progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import the traffic log ``logs`` into the folder ``out`` (see the module docstring).
 
-    Raises ``TrafficImportError`` (or another ``ValueError``: a bad ``--item``, a bad redaction)
-    before anything is written when the input cannot be imported.
+    Raises ``TrafficImportError`` (``RedactError`` for a bad redaction, ``DatasetError`` for a
+    missing log) before anything is written when the input cannot be imported.
     """
     start = time.perf_counter()
     logs, out = Path(logs), Path(out)
@@ -247,19 +244,22 @@ def _counts(counter: Counter[str]) -> dict[str, int]:
             for name, n in counter.most_common()}
 
 
-def _forced_tool(choice: str | dict[str, Any] | None) -> str | None:
+def _forced_tool(choice: str | dict[str, object] | None) -> str | None:
     if isinstance(choice, dict):
-        fn = choice.get("function") if isinstance(choice.get("function"), dict) else choice
-        return fn.get("name") if isinstance(fn.get("name"), str) else None
+        function = choice.get("function")
+        fn = function if isinstance(function, dict) else choice
+        name = fn.get("name")
+        return name if isinstance(name, str) else None
     if isinstance(choice, str) and choice not in ("auto", "none", "required"):
         return choice
     return None
 
 
-def prompt_text(prompt: list[dict[str, Any]]) -> str:
+def prompt_text(prompt: list[dict[str, object]]) -> str:
     """What near-duplicates are compared on: the non-system (not system, not developer)
     message contents, joined, lower-cased, whitespace collapsed."""
-    text = " ".join(m.get("content") or "" for m in prompt
+    # a prompt's non-system contents are text (read_traffic checked them)
+    text = " ".join(cast(str, m.get("content") or "") for m in prompt
                     if m["role"] not in ("system", "developer"))
     return " ".join(text.lower().split())
 
@@ -313,7 +313,7 @@ def assign_splits(rows: list[_Row], fraction: float) -> list[str]:
     return notes
 
 
-def _offer(row: _Row, out: dict[str, Any]) -> dict[str, Any]:
+def _offer(row: _Row, out: dict[str, object]) -> dict[str, Any]:
     """``out`` with the row's tools, forced ``tool_choice`` and ``parallel_tool_calls: false``."""
     if row.tools is not None:
         out["tools"] = row.tools
@@ -342,10 +342,10 @@ def _write(out: Path, rows: list[_Row], report: ImportReport) -> None:
     ``\\ud800`` escape in the log) is not UTF-8: it is written back as that same escape."""
     out.mkdir(parents=True, exist_ok=True)
     dump = json.JSONEncoder(ensure_ascii=False).encode
-    text: dict[str, str] = {"encoding": "utf-8", "errors": "backslashreplace"}
-    with (out / "train.jsonl").open("w", **text) as train, \
-            (out / "validation.jsonl").open("w", **text) as val, \
-            (out / "demos.jsonl").open("w", **text) as demos:
+    encoding, errors = "utf-8", "backslashreplace"
+    with (out / "train.jsonl").open("w", encoding=encoding, errors=errors) as train, \
+            (out / "validation.jsonl").open("w", encoding=encoding, errors=errors) as val, \
+            (out / "demos.jsonl").open("w", encoding=encoding, errors=errors) as demos:
         for row in rows:
             (val if row.split == "validation" else train).write(dump(_row_json(row)) + "\n")
             if row.record.conversation is not None:

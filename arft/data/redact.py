@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from arft.errors import ArftError
 from arft.pyfile import NotAPythonFile, load_file
 
 REPLACEMENT = "[REDACTED]"
@@ -45,7 +46,7 @@ PRESETS: dict[str, tuple[tuple[str, str | None], ...]] = {
 Rule = tuple["re.Pattern[str]", "str | None"]
 
 
-class RedactError(ValueError):
+class RedactError(ArftError):
     """A redaction that cannot be set up or applied (bad regex, broken hook); says what to fix."""
 
 
@@ -86,7 +87,7 @@ class Redactor:
             self.count += max(1, out.count(REPLACEMENT) - text.count(REPLACEMENT))
         return out
 
-    def value(self, value: Any) -> Any:
+    def value(self, value: object) -> Any:
         """``value`` with every string inside it (list items, dict values) redacted."""
         if isinstance(value, str):
             return self(value)

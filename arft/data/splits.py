@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from arft.config import JobSpec
+from arft.config import JobError, JobSpec
 from arft.data.dataset import load_tasks
 from arft.records import Task
 
@@ -16,7 +16,7 @@ def split_path(job: JobSpec, split: Split) -> Path:
     """The file of ``split`` (validation falls back to the training file when the job has none)."""
     name = job.validation_file if split == "validation" and job.validation_file else job.training_file
     if name is None:
-        raise ValueError("the job names no dataset: set training_file (and validation_file)")
+        raise JobError("the job names no dataset: set training_file (and validation_file)")
     path = job.path(name)
     assert path is not None
     return path

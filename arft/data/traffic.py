@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from arft.data.dataset import (DatasetError, ROLES, RowError, TOO_DEEP, _parse_content,
+from arft.data.dataset import (DatasetError, ROLES, RowError, TOO_DEEP, TrafficImportError, _parse_content,
                                parse_tools, check_call, _summarise, _task_id)
 from arft.data.redact import Redactor
 from arft.records import Message, Task
@@ -98,16 +98,16 @@ class _Reader:
 
 
 def parse_item_paths(specs: Sequence[str]) -> list[ItemPath]:
-    """``KEY=PATH`` options (``answer=metadata.expected``); ValueError for a bad one."""
+    """``KEY=PATH`` options (``answer=metadata.expected``); ``TrafficImportError`` for a bad one."""
     out = []
     for spec in specs:
         key, sep, path = spec.partition("=")
         key, path = key.strip(), path.strip()
         if not sep or not key or not path:
-            raise ValueError(f"--item {spec!r}: write it as KEY=PATH, e.g. answer=metadata.expected")
+            raise TrafficImportError(f"--item {spec!r}: write it as KEY=PATH, e.g. answer=metadata.expected")
         if key in RESERVED_ITEM_KEYS:
-            raise ValueError(f"--item {spec!r}: {key!r} is a row field, not an item key; pick "
-                             "another name (e.g. reference)")
+            raise TrafficImportError(f"--item {spec!r}: {key!r} is a row field, not an item key; pick "
+                                     "another name (e.g. reference)")
         out.append((key, path, tuple(path.split("."))))
     return out
 
@@ -185,7 +185,7 @@ def _parse_line(line: bytes, lineno: int, reader: _Reader) -> TrafficRecord:
                          parallel_tool_calls=False if parallel is False else None)
 
 
-def _logged_call(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _logged_call(obj: dict[str, object]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(request, the assistant's reply or None) of a logged request/response."""
     request, response = obj["request"], obj.get("response")
     if not isinstance(request, dict) or "messages" not in request:
@@ -208,7 +208,7 @@ def _logged_call(obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | 
                    "...}]}) or an assistant message ({\"role\": \"assistant\", ...})")
 
 
-def _split(messages: list[dict[str, Any]], answered: bool
+def _split(messages: list[dict[str, object]], answered: bool
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """(prompt, conversation): the messages before the first assistant one, and all of them
     when the line holds an answer (a response, or messages ending with the assistant's)."""
@@ -226,13 +226,13 @@ def _split(messages: list[dict[str, Any]], answered: bool
     return prompt, None
 
 
-def _messages(raw: Any, reader: _Reader, legacy: dict[str, str]) -> list[dict[str, Any]]:
+def _messages(raw: object, reader: _Reader, legacy: dict[str, str]) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise RowError("'messages' must be a non-empty list of chat messages")
     return [_message(m, f"messages[{i}]", reader, legacy) for i, m in enumerate(raw)]
 
 
-def _message(raw: Any, where: str, reader: _Reader, legacy: dict[str, str]) -> dict[str, Any]:
+def _message(raw: object, where: str, reader: _Reader, legacy: dict[str, str]) -> dict[str, Any]:
     """One message as a chat-completions dict: content a string, arguments JSON strings."""
     if not isinstance(raw, dict):
         raise RowError(f"{where} must be an object with 'role' and 'content'")
@@ -273,7 +273,7 @@ def _text(content: str, role: str, reader: _Reader) -> str:
     return content
 
 
-def _tool_calls(raw: dict[str, Any], where: str, reader: _Reader,
+def _tool_calls(raw: dict[str, object], where: str, reader: _Reader,
                 legacy: dict[str, str]) -> list[dict[str, Any]] | None:
     calls = raw.get("tool_calls")
     if calls is None and isinstance(raw.get("function_call"), dict):
@@ -294,7 +294,7 @@ def _tool_calls(raw: dict[str, Any], where: str, reader: _Reader,
     return out
 
 
-def _arguments(args: Any, where: str, reader: _Reader) -> str:
+def _arguments(args: object, where: str, reader: _Reader) -> str:
     """A JSON string of an object; string values redacted (the string re-encoded only then)."""
     if args is None or args == "":
         args = "{}"  # some servers log a call without arguments as ""
@@ -315,7 +315,7 @@ def _arguments(args: Any, where: str, reader: _Reader) -> str:
     return args if isinstance(args, str) else json.dumps(parsed, ensure_ascii=False)
 
 
-def _tools(request: dict[str, Any], reader: _Reader
+def _tools(request: dict[str, object], reader: _Reader
            ) -> tuple[list[dict[str, Any]] | None, str | dict[str, Any] | None]:
     """The offered tools (``tools`` or legacy ``functions``) and a tool_choice other than auto."""
     raw = request.get("tools")
@@ -338,7 +338,7 @@ def _tools(request: dict[str, Any], reader: _Reader
     return tools, None if choice == "auto" else choice
 
 
-def _items(obj: dict[str, Any], reader: _Reader) -> dict[str, Any]:
+def _items(obj: dict[str, object], reader: _Reader) -> dict[str, Any]:
     """The ``--item KEY=PATH`` values of one line (redacted)."""
     out: dict[str, Any] = {}
     for key, path, parts in reader.items:
@@ -360,7 +360,7 @@ def _items(obj: dict[str, Any], reader: _Reader) -> dict[str, Any]:
     return out
 
 
-def canonical(messages: list[dict[str, Any]]) -> str:
+def canonical(messages: list[dict[str, object]]) -> str:
     """The canonical JSON of a message list: what makes two episode starts the same."""
     return json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 

@@ -3,16 +3,23 @@
 Two kinds of engine exist:
 
 * ``TokenEngine`` — token ids in, sampled token ids + their logprobs out. Trainable: the rollout
-  loop keeps the exact ids (token in, token out). ``transformers`` (and later vLLM) engines.
+  loop keeps the exact ids (token in, token out). ``transformers`` and vLLM engines.
 * ``ChatEngine`` — chat messages in, an assistant message (with ``tool_calls``) out: any
   OpenAI-compatible server. Evaluation only: no token ids, so nothing to train on.
+
+What only some engines can do is declared by a protocol of its own, which callers test with
+``isinstance``: ``ConstrainsSampling`` / ``TakesGrammar`` (constrained sampling), ``SyncsWeights`` (samples from its own
+copy of the policy, which ``sync`` updates), ``WritesWeights`` (changes the weights it samples
+from in place, between two forward passes), ``StreamsTokens`` (hands out tokens as they settle).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
 
 from arft.chat.constraints import Grammar
+from arft.errors import ArftError
 from arft.records import Frozen, Message
 
 if TYPE_CHECKING:
@@ -80,10 +87,8 @@ class Generation(Frozen):
 class TokenEngine(Protocol):
     """Token ids in, token ids + logprobs out. Concurrent calls may be batched together.
 
-    An engine that honours ``SamplingParams.grammar`` says so with a class attribute
-    ``supports_constraints = True`` (read with ``supports_constraints(engine)``) and has
-    ``check_grammar(grammar)``, which compiles it ahead of the first request (raising
-    ``ConstraintError`` for a schema it cannot enforce); others ignore grammars.
+    An engine that honours ``SamplingParams.grammar`` is a ``TakesGrammar`` (read with
+    ``supports_constraints(engine)``); others ignore grammars.
     """
 
     tokenizer: Any
@@ -94,9 +99,56 @@ class TokenEngine(Protocol):
     async def aclose(self) -> None: ...
 
 
+@runtime_checkable
+class ConstrainsSampling(Protocol):
+    """An engine that says whether it masks sampling with ``SamplingParams.grammar``: a value,
+    not only a type, because a wrapper copies its inner engine's (``supports_constraints``)."""
+
+    supports_constraints: bool
+
+
+@runtime_checkable
+class TakesGrammar(ConstrainsSampling, Protocol):
+    """A ``ConstrainsSampling`` engine that also compiles a grammar ahead of the first request."""
+
+    def check_grammar(self, grammar: Grammar) -> None:
+        """Compile ``grammar``; raise ``ConstraintError`` for a schema it cannot enforce."""
+        ...
+
+
+@runtime_checkable
+class SyncsWeights(Protocol):
+    """An engine that samples from its own copy of the policy (vLLM, ``SnapshotEngine``, a Ray
+    run's replicas): ``sync`` puts the policy's current weights into it."""
+
+    async def sync(self, policy: Any, step: int) -> float:
+        """Load ``policy``'s weights (version ``step``); the seconds it took."""
+        ...
+
+
+@runtime_checkable
+class WritesWeights(Protocol):
+    """An engine whose model can be changed in place between two forward passes."""
+
+    def write_weights(self, write: Callable[[Any], None]) -> None:
+        """Call ``write(model)`` while no forward pass runs."""
+        ...
+
+
+@runtime_checkable
+class StreamsTokens(Protocol):
+    """An engine that hands out each run of settled token ids as it is sampled (``arft serve``'s
+    streamed answers)."""
+
+    supports_streaming: bool
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
+                       on_tokens: Callable[[tuple[int, ...]], None] | None = None) -> Generation: ...
+
+
 def supports_constraints(engine: object) -> bool:
     """Whether ``engine`` masks sampling with ``SamplingParams.grammar``."""
-    return getattr(engine, "supports_constraints", False) is True
+    return isinstance(engine, ConstrainsSampling) and engine.supports_constraints is True
 
 
 class ChatReply(Frozen):
@@ -123,5 +175,5 @@ class ChatEngine(Protocol):
     async def aclose(self) -> None: ...
 
 
-class EngineError(RuntimeError):
+class EngineError(ArftError):
     """The engine could not produce a completion (after its own retries): infrastructure failure."""

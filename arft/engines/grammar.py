@@ -37,6 +37,8 @@ from arft.chat.constraints import ConstraintError, Grammar, GrammarTool, JsonGra
 
 if TYPE_CHECKING:
     import torch
+    import xgrammar as xgr
+    from transformers import PreTrainedTokenizerBase
 
 _CACHE_SIZE = 256
 AFTER_CALL_TOKENS = 8
@@ -56,19 +58,19 @@ def _xgrammar() -> Any:
 class ToolCallMasker:
     """Compiles ``ToolGrammar``s for one tokenizer and masks logits with them."""
 
-    def __init__(self, tokenizer: Any, vocab_size: int, stop_ids: Iterable[int]) -> None:
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", vocab_size: int, stop_ids: Iterable[int]) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.stop_ids = sorted(set(stop_ids))
         self.mask_s = 0.0
         """Seconds spent filling and applying masks and advancing matchers (for benchmarks)."""
         self._lock = threading.Lock()  # compile() runs on the event loop, masks in the worker
-        self._compiler: Any = None
-        self._compiled: dict[str, Any] = {}
-        self._batch: Any = None
+        self._compiler: "xgr.GrammarCompiler | None" = None
+        self._compiled: dict[str, "xgr.CompiledGrammar"] = {}
+        self._batch: "xgr.BatchGrammarMatcher | None" = None
         self._bitmask: "torch.Tensor | None" = None
 
-    def _get_compiler(self) -> Any:
+    def _get_compiler(self) -> "xgr.GrammarCompiler":
         if self._compiler is None:
             xgr = _xgrammar()
             info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.vocab_size,
@@ -76,17 +78,18 @@ class ToolCallMasker:
             self._compiler = xgr.GrammarCompiler(info, cache_enabled=True)
         return self._compiler
 
-    def compile(self, grammar: Grammar) -> Any:
+    def compile(self, grammar: Grammar) -> "xgr.CompiledGrammar":
         """The compiled grammar of ``grammar``'s toolset, or of its JSON reply (cached)."""
         if isinstance(grammar, JsonGrammar):
             return self._cached(grammar.key(), lambda compiler: _compile_json(compiler, grammar))
         return self._cached(grammar.key(), lambda compiler: _compile_tag(compiler, structural_tag(grammar)))
 
-    def compile_tag(self, tag: dict[str, Any]) -> Any:
+    def compile_tag(self, tag: dict[str, object]) -> "xgr.CompiledGrammar":
         """A structural tag compiled as it is (cached by its JSON), e.g. ``turn_tag``'s."""
         return self._cached("tag:" + json.dumps(tag, sort_keys=True), lambda compiler: _compile_tag(compiler, tag))
 
-    def _cached(self, key: str, build: Callable[[Any], Any]) -> Any:
+    def _cached(self, key: str,
+                build: Callable[["xgr.GrammarCompiler"], "xgr.CompiledGrammar"]) -> "xgr.CompiledGrammar":
         """``build(compiler)``, compiled once per ``key`` (the oldest of ``_CACHE_SIZE`` evicted)."""
         with self._lock:
             compiled = self._compiled.get(key)
@@ -97,7 +100,7 @@ class ToolCallMasker:
                 self._compiled[key] = compiled
             return compiled
 
-    def matcher(self, compiled: Any, prefill: str = "") -> Any:
+    def matcher(self, compiled: "xgr.CompiledGrammar", prefill: str = "") -> "xgr.GrammarMatcher":
         """A fresh matcher of ``compiled``, advanced through ``prefill``."""
         m = _xgrammar().GrammarMatcher(compiled)
         if prefill and not m.accept_string(prefill):
@@ -105,11 +108,12 @@ class ToolCallMasker:
                                   "tool-call grammar: the tool_choice names a tool the row cannot call")
         return m
 
-    def mask(self, logits: "torch.Tensor", matchers: Sequence[Any]) -> list[bool]:
+    def mask(self, logits: "torch.Tensor", matchers: Sequence["xgr.GrammarMatcher | None"]) -> list[bool]:
         """Mask ``logits`` ``[B, V]`` in place for the rows with a matcher; which rows changed."""
         import torch
 
-        rows = [i for i, m in enumerate(matchers) if m is not None and not m.is_terminated()]
+        live = [(i, m) for i, m in enumerate(matchers) if m is not None and not m.is_terminated()]
+        rows = [i for i, _ in live]
         if not rows:
             return [False] * len(matchers)
         start = time.perf_counter()
@@ -119,7 +123,7 @@ class ToolCallMasker:
         if self._batch is None:
             self._batch = xgr.BatchGrammarMatcher()
         bitmask = self._bitmask
-        self._batch.batch_fill_next_token_bitmask([matchers[i] for i in rows], bitmask, rows)
+        self._batch.batch_fill_next_token_bitmask([m for _, m in live], bitmask, rows)
         index = torch.tensor(rows)
         # A row whose bitmask is all ones (-1 as int32) allows every token: nothing to apply.
         limited = (bitmask[index] != -1).any(dim=-1).tolist()
@@ -131,7 +135,7 @@ class ToolCallMasker:
         changed = set(apply)
         return [i in changed for i in range(len(matchers))]
 
-    def forced_tokens(self, matchers: Sequence[Any], limited: Sequence[bool]) -> dict[int, int]:
+    def forced_tokens(self, matchers: Sequence["xgr.GrammarMatcher | None"], limited: Sequence[bool]) -> dict[int, int]:
         """Row -> the token to write without sampling, where the grammar allows one text only."""
         forced: dict[int, int] = {}
         start = time.perf_counter()
@@ -146,7 +150,7 @@ class ToolCallMasker:
         self.mask_s += time.perf_counter() - start
         return forced
 
-    def in_call(self, matcher: Any) -> bool:
+    def in_call(self, matcher: "xgr.GrammarMatcher") -> bool:
         """Whether ``matcher`` is inside a call: no end-of-turn token is allowed next."""
         xgr = _xgrammar()
         bitmask = xgr.allocate_token_bitmask(1, self.vocab_size)
@@ -154,7 +158,7 @@ class ToolCallMasker:
         words = bitmask[0]
         return not any(int(words[t // 32]) >> (t % 32) & 1 for t in self.stop_ids)
 
-    def limited_positions(self, compiled: Any, tokens: Sequence[int]) -> list[bool]:
+    def limited_positions(self, compiled: "xgr.CompiledGrammar", tokens: Sequence[int]) -> list[bool]:
         """Replays ``tokens`` (sampled elsewhere, e.g. by a vLLM server under the same grammar)
         through ``compiled``: per token, whether the mask excluded anything there.
         ``ConstraintError`` when a token is outside the grammar (the two engines disagree)."""
@@ -174,7 +178,7 @@ class ToolCallMasker:
                                       "arft's disagree (a vLLM / xgrammar version mismatch?)")
         return limited
 
-    def accept(self, matchers: Sequence[Any], tokens: Sequence[int]) -> None:
+    def accept(self, matchers: Sequence["xgr.GrammarMatcher | None"], tokens: Sequence[int]) -> None:
         """Advance each row's matcher by its sampled token."""
         start = time.perf_counter()
         for m, token in zip(matchers, tokens):
@@ -187,7 +191,7 @@ class ToolCallMasker:
         self.mask_s += time.perf_counter() - start
 
 
-def _compile_tag(compiler: Any, tag: dict[str, Any]) -> Any:
+def _compile_tag(compiler: "xgr.GrammarCompiler", tag: dict[str, object]) -> "xgr.CompiledGrammar":
     """A structural tag compiled (``ConstraintError`` when it does not: the converted tools'
     grammars are fine, so the call syntax is what is wrong)."""
     try:
@@ -197,7 +201,7 @@ def _compile_tag(compiler: Any, tag: dict[str, Any]) -> Any:
                               "and the chat format's call syntax") from e
 
 
-def _compile_json(compiler: Any, grammar: JsonGrammar) -> Any:
+def _compile_json(compiler: "xgr.GrammarCompiler", grammar: JsonGrammar) -> "xgr.CompiledGrammar":
     """A whole-reply JSON grammar, in canonical spacing (``ConstraintError`` naming the schema)."""
     try:
         if grammar.json_schema is None:

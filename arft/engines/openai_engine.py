@@ -17,15 +17,17 @@ import json
 import os
 import uuid
 from functools import partial
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Sequence
 
+from arft.config import JobError
 from arft.engines.base import ChatReply, EngineError, SamplingParams
 from arft.http import Exhausted, Rejected, json_client, retrying_post
-from arft.records import FunctionCall, Message, ToolCall
+from arft.records import FunctionCall, json_list, json_object, Message, ToolCall
 from arft.secrets import resolve
 
 if TYPE_CHECKING:
-    from arft.config import EngineSpec
+    from arft.config import OpenAIEngineSpec
 
 _TOOL_CHOICE_WORDS = frozenset({"auto", "required", "none"})
 
@@ -45,13 +47,13 @@ class OpenAIEngine:
         self._client = json_client(timeout_s)
 
     @classmethod
-    def from_spec(cls, model_name: str, spec: "EngineSpec") -> "OpenAIEngine":
+    def from_spec(cls, model_name: str, spec: "OpenAIEngineSpec") -> "OpenAIEngine":
         """Build from the job's ``engine`` section (``served_model`` defaults to ``model_name``)."""
         base_url = spec.base_url or os.environ.get("OPENAI_BASE_URL")
         if not base_url:
-            raise ValueError("the openai engine needs a server: set engine.base_url in the job "
-                             "(e.g. http://127.0.0.1:8000/v1) or the OPENAI_BASE_URL environment "
-                             "variable")
+            raise JobError("the openai engine needs a server: set engine.base_url in the job "
+                           "(e.g. http://127.0.0.1:8000/v1) or the OPENAI_BASE_URL environment "
+                           "variable")
         api_key = (resolve(spec.api_key, "engine.api_key") if spec.api_key
                    else os.environ.get(spec.api_key_env))
         return cls(base_url, spec.served_model or model_name, api_key=api_key,
@@ -61,8 +63,8 @@ class OpenAIEngine:
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
-    async def chat(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
-                   tool_choice: str | dict[str, Any] | None, params: SamplingParams) -> ChatReply:
+    async def chat(self, messages: Sequence[Message], tools: Sequence[dict[str, object]],
+                   tool_choice: str | dict[str, object] | None, params: SamplingParams) -> ChatReply:
         """One assistant message for ``messages`` (with ``tool_calls`` when the model calls tools)."""
         body = json.dumps(self.request_body(messages, tools, tool_choice, params)).encode()
         try:
@@ -78,8 +80,8 @@ class OpenAIEngine:
                               "engine.timeout_s") from None
         return answer.value
 
-    def request_body(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
-                     tool_choice: str | dict[str, Any] | None, params: SamplingParams) -> dict[str, Any]:
+    def request_body(self, messages: Sequence[Message], tools: Sequence[dict[str, object]],
+                     tool_choice: str | dict[str, object] | None, params: SamplingParams) -> dict[str, Any]:
         """The JSON body sent to ``/chat/completions`` (``top_k`` has no field there: dropped)."""
         body: dict[str, Any] = {
             "model": self.model,
@@ -104,31 +106,36 @@ class OpenAIEngine:
         await self._client.aclose()
 
 
-def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+def _tool_choice(choice: str | dict[str, object]) -> str | dict[str, Any]:
     """A bare tool name becomes the chat-completions object that forces that tool."""
     if isinstance(choice, str) and choice not in _TOOL_CHOICE_WORDS:
         return {"type": "function", "function": {"name": choice}}
     return choice
 
 
-def parse_reply(data: dict[str, Any], url: str = "the server") -> ChatReply:
+def parse_reply(data: dict[str, object], url: str = "the server") -> ChatReply:
     """A chat-completions answer as a ``ChatReply``; an answer of another shape is an EngineError."""
     try:
-        choice = data["choices"][0]
-        raw = choice["message"]
+        choice = json_object(json_list(data["choices"])[0])
+        raw = json_object(choice["message"])
     except (KeyError, IndexError, TypeError) as e:
         raise EngineError(f"{url} answered without choices[0].message ({json.dumps(data)[:300]}): is "
                           "engine.base_url an OpenAI-compatible /v1 endpoint?") from e
-    calls = tuple(_tool_call(c) for c in raw.get("tool_calls") or ())
-    message = Message(role="assistant", content=raw.get("content"), tool_calls=calls or None)
-    usage = data.get("usage") or {}
+    calls = tuple(_tool_call(json_object(c)) for c in json_list(raw.get("tool_calls")))
+    message = Message.model_validate({"role": "assistant", "content": raw.get("content"), "tool_calls": calls or None})
+    usage = json_object(data.get("usage"))
     return ChatReply(message=message, finish_reason=str(choice.get("finish_reason") or "stop"),
-                     completion_tokens=int(usage.get("completion_tokens") or 0),
-                     prompt_tokens=int(usage.get("prompt_tokens") or 0))
+                     completion_tokens=_count(usage.get("completion_tokens")),
+                     prompt_tokens=_count(usage.get("prompt_tokens")))
 
 
-def _tool_call(raw: dict[str, Any]) -> ToolCall:
-    fn = raw.get("function") or {}
+def _count(value: object) -> int:
+    """A token count of the usage block (absent or null: 0)."""
+    return int(value) if isinstance(value, int | float | str) and value else 0
+
+
+def _tool_call(raw: Mapping[str, object]) -> ToolCall:
+    fn = json_object(raw.get("function"))
     args = fn.get("arguments", "{}")
     # Some servers send the arguments as an object rather than a JSON string.
     arguments = args if isinstance(args, str) else json.dumps(args)

@@ -6,9 +6,12 @@ own overhead. Each reply is tokenized once; its logprobs are 0.0 (it was not sam
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from arft.engines.base import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class ScriptedEngine:
@@ -19,7 +22,7 @@ class ScriptedEngine:
     string to finish with ``stop``.
     """
 
-    def __init__(self, tokenizer: Any, replies: Callable[[Sequence[int]], str]) -> None:
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", replies: Callable[[Sequence[int]], str]) -> None:
         self.tokenizer = tokenizer
         self._replies = replies
         self._cache: dict[str, list[int]] = {}
@@ -38,15 +41,16 @@ class ScriptedEngine:
         finish = "length"
         if len(ids) > params.max_new_tokens:
             ids = ids[: params.max_new_tokens]
-            text = self.tokenizer.decode(ids)
+            text = str(self.tokenizer.decode(ids))
         elif ids and ids[-1] == self.tokenizer.eos_token_id:
             finish = "eos"
         elif any(text.endswith(s) for s in params.stop):
             finish = "stop"
-        for token in ids if on_tokens is not None else ():
-            on_tokens((token,))
+        if on_tokens is not None:
+            for token in ids:
+                on_tokens((token,))
         return Generation(token_ids=tuple(ids), logprobs=(0.0,) * len(ids), text=text,
-                          finish_reason=finish)  # type: ignore[arg-type]
+                          finish_reason=finish)
 
     async def aclose(self) -> None:
         return None

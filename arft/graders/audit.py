@@ -131,11 +131,11 @@ def long_answer(prompt: str, words: int = LONG_WORDS) -> str:
     return " ".join((unit * reps)[:max(words, len(unit))])
 
 
-def item_strings(value: Any) -> list[str]:
+def item_strings(value: object) -> list[str]:
     """Every distinct string and number inside ``value`` (an item), in order of appearance."""
     out: dict[str, None] = {}
 
-    def walk(v: Any) -> None:
+    def walk(v: object) -> None:
         if isinstance(v, bool) or v is None:
             return
         if isinstance(v, str):
@@ -154,7 +154,7 @@ def item_strings(value: Any) -> list[str]:
     return list(out)
 
 
-def _reference_templates(spec: Any) -> list[str]:
+def _reference_templates(spec: object) -> list[str]:
     """Every ``reference`` template in a grader spec (``multi`` children included)."""
     found: list[str] = []
     if isinstance(spec, dict):
@@ -169,7 +169,7 @@ def _reference_templates(spec: Any) -> list[str]:
     return found
 
 
-def reference_values(grader_spec: dict[str, Any], item: dict[str, Any]) -> list[str]:
+def reference_values(grader_spec: dict[str, object], item: dict[str, object]) -> list[str]:
     """What the grader compares with: its ``reference`` templates rendered from the item, else
     the item's usual answer keys (``answer``, ``reference``, ``expected``, ...)."""
     values: list[str] = []
@@ -201,7 +201,7 @@ def tool_copies(task: Task, baseline: list[Rollout], references: list[str]) -> l
     return list(outputs)[:MAX_TOOL_COPIES]
 
 
-def adversarial_answers(task: Task, grader_spec: dict[str, Any],
+def adversarial_answers(task: Task, grader_spec: dict[str, object],
                         baseline: list[Rollout] | None) -> list[tuple[Kind, str]]:
     """The adversarial answers for one task, as ``(kind, answer)`` pairs."""
     prompt = last_user_text(task)

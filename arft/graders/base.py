@@ -24,11 +24,14 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from arft.config.graders import as_written
+from arft.errors import ArftError
 from arft.records import Message, Rollout, Score
 
 
-class GraderError(ValueError):
+class GraderError(ArftError):
     """A grader spec that cannot be used; the message names the grader and the field."""
+
+    hint = "check the grader spec on its own with: arft grader validate SPEC.json (--item ROW to resolve it)"
 
 
 @runtime_checkable
@@ -37,7 +40,7 @@ class Grader(Protocol):
 
     name: str
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         """Grade ``sample`` (see ``build_sample``) against the task's ``item``."""
         ...
 
@@ -64,7 +67,7 @@ def _choice_finish_reason(rollout: Rollout, final: Message | None) -> str:
                                                           rollout.finish_reason)
 
 
-def build_sample(rollout: Rollout, workspace: Path | None = None) -> dict[str, Any]:
+def build_sample(rollout: Rollout, workspace: Path | None = None) -> dict[str, object]:
     """The ``sample`` namespace graders read, as plain JSON-compatible values.
 
     Keys: ``output_text`` (content of the final assistant message, '' when none),
@@ -106,7 +109,7 @@ def build_sample(rollout: Rollout, workspace: Path | None = None) -> dict[str, A
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
-def validate_spec(model: type[SpecT], spec: BaseModel | dict[str, Any]) -> SpecT:
+def validate_spec(model: type[SpecT], spec: BaseModel | dict[str, object]) -> SpecT:
     """Validate a grader spec (a dict, or a typed spec from ``arft.config``: one of ``model`` is
     returned as it is); errors become a ``GraderError`` naming the grader and each field."""
     if isinstance(spec, model):

@@ -85,7 +85,7 @@ class EndpointGrader:
     def _error(self, reason: str) -> Score:
         return Score(score=0.0, error=f"{self.name}: {reason}", grader=self.name)
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         trajectory = sample.get("trajectory")
         trace_id = trajectory.get("trace_id") if isinstance(trajectory, dict) else None
         body = json.dumps({"sample": sample, "item": item, "trace_id": trace_id},
@@ -104,7 +104,7 @@ class EndpointGrader:
                                "{\"score\": number})")
         return answer.value
 
-    def _parse(self, answer: dict[str, Any]) -> Score:
+    def _parse(self, answer: dict[str, object]) -> Score:
         """The Score in a 2xx answer's JSON object; BadAnswer when it is unusable."""
         score = _number(answer.get("score"))
         if score is None:
@@ -122,7 +122,7 @@ class EndpointGrader:
                      passed=passed, flags=tuple(flags), grader=self.name)
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """``value`` as a finite float, or ``None`` (booleans are not numbers here)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -133,7 +133,7 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> EndpointGrader:
+def build(spec: dict[str, object], base_dir: Path) -> EndpointGrader:
     """Registry entry point (``base_dir`` is unused). Raises ``GraderError`` for a bad spec."""
     parsed = validate_spec(EndpointSpec, spec)
     if not is_http_url(parsed.url):

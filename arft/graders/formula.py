@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Union
 
+from arft.errors import ArftError
+
 MAX_LENGTH = 10_000
 """Longer formulas are refused: nothing useful is that long, and it bounds parser recursion."""
 
@@ -35,7 +37,7 @@ TOKEN = re.compile(r"""
     )""", re.VERBOSE)
 
 
-class FormulaError(ValueError):
+class FormulaError(ArftError):
     """A formula that cannot be parsed or evaluated; the message names the formula and problem."""
 
 

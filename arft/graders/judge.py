@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from arft.config import SamplingSpec
 from arft.config.graders import ContentPart, InputMessage
@@ -27,12 +28,12 @@ from arft.engines.base import EngineError, SamplingParams
 from arft.engines.openai_engine import OpenAIEngine
 from arft.graders.base import GraderError
 from arft.graders.templates import render_template
-from arft.records import Message
+from arft.records import json_list, json_object, Message
 from arft.secrets import SecretError, resolve
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
-STEPS_SCHEMA: dict[str, Any] = {
+STEPS_SCHEMA: dict[str, object] = {
     "type": "array",
     "items": {
         "type": "object",
@@ -47,7 +48,7 @@ class JudgeClient(OpenAIEngine):
     """``OpenAIEngine`` whose requests carry the judge's sampling fields and response format."""
 
     def __init__(self, base_url: str, model: str, api_key: str | None, *,
-                 response_format: dict[str, Any] | None, sampling: JudgeSampling,
+                 response_format: dict[str, object] | None, sampling: JudgeSampling,
                  timeout_s: float = 60.0, max_retries: int = 3, backoff_s: float = 0.5,
                  api_key_env: str = "OPENAI_API_KEY") -> None:
         super().__init__(base_url, model, api_key=api_key, timeout_s=timeout_s,
@@ -59,7 +60,7 @@ class JudgeClient(OpenAIEngine):
 
     @classmethod
     def from_fields(cls, fields: JudgeFields, model: str,
-                    response_format: dict[str, Any] | None) -> "JudgeClient":
+                    response_format: dict[str, object] | None) -> "JudgeClient":
         """Build from a spec; reads ``base_url``/``$OPENAI_BASE_URL`` and the named key variable."""
         base_url = fields.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         try:
@@ -72,11 +73,11 @@ class JudgeClient(OpenAIEngine):
                    timeout_s=fields.timeout_s, max_retries=fields.max_retries,
                    backoff_s=fields.backoff_s, api_key_env=fields.api_key_env)
 
-    def request_body(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]],
-                     tool_choice: str | dict[str, Any] | None,
-                     params: SamplingParams) -> dict[str, Any]:
+    def request_body(self, messages: Sequence[Message], tools: Sequence[dict[str, object]],
+                     tool_choice: str | dict[str, object] | None,
+                     params: SamplingParams) -> dict[str, object]:
         """The judge request: messages, the set sampling fields and ``response_format``."""
-        body: dict[str, Any] = {"model": self.model,
+        body: dict[str, object] = {"model": self.model,
                                 "messages": [m.to_openai() for m in messages]}
         body.update(self.sampling.body_fields())
         if self.response_format is not None:
@@ -98,12 +99,12 @@ class JudgeError(RuntimeError):
     """The judge could not be asked or its answer could not be used; the message says why."""
 
 
-def json_schema_format(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+def json_schema_format(name: str, schema: dict[str, object]) -> dict[str, object]:
     """A chat-completions ``response_format`` asking for JSON that follows ``schema``."""
     return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}
 
 
-def result_schema(result: dict[str, Any]) -> dict[str, Any]:
+def result_schema(result: dict[str, object]) -> dict[str, object]:
     """The hosted structured output ``{"steps": [{description, conclusion}], "result": ...}``."""
     return {"type": "object", "properties": {"steps": STEPS_SCHEMA, "result": result},
             "required": ["steps", "result"], "additionalProperties": False}
@@ -167,14 +168,14 @@ def check_input(grader: str, messages: list[InputMessage]) -> None:
                                   f"{part.type!r} is not supported (only text parts)")
 
 
-def render_messages(messages: Sequence[InputMessage], sample: dict[str, Any],
-                    item: dict[str, Any], instructions: str | None = None) -> list[Message]:
+def render_messages(messages: Sequence[InputMessage], sample: dict[str, object],
+                    item: dict[str, object], instructions: str | None = None) -> list[Message]:
     """The judge's messages with every template rendered; raises ``TemplateError``.
 
     ``instructions`` (the expected output format) go to the end of a leading system/developer
     message, or in a new leading system message: one system message keeps chat templates happy.
     """
-    out = [Message(role=m.role, content=render_template(m.template(), sample, item))  # type: ignore[arg-type]
+    out = [Message(role=m.role, content=render_template(m.template(), sample, item))
            for m in messages]
     if instructions:
         if out and out[0].role in ("system", "developer"):
@@ -186,10 +187,10 @@ def render_messages(messages: Sequence[InputMessage], sample: dict[str, Any],
 
 # ------------------------------------------------------------------------------ trajectory text
 
-def _message_text(m: dict[str, Any]) -> str:
-    lines = [f"{m.get('role', '?').upper()}:" + (f" {m['content']}" if m.get("content") else "")]
-    for call in m.get("tool_calls") or ():
-        fn = call.get("function", {})
+def _message_text(m: Mapping[str, object]) -> str:
+    lines = [f"{str(m.get('role', '?')).upper()}:" + (f" {m['content']}" if m.get("content") else "")]
+    for call in map(json_object, json_list(m.get("tool_calls"))):
+        fn = json_object(call.get("function"))
         lines.append(f"  -> tool call {call.get('id', '')} {fn.get('name', '')}"
                      f"({fn.get('arguments', '')})")
     if m.get("role") == "tool" and m.get("tool_call_id"):
@@ -198,17 +199,18 @@ def _message_text(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def transcript(sample: dict[str, Any], max_chars: int) -> str:
+def transcript(sample: Mapping[str, object], max_chars: int) -> str:
     """The whole rollout as readable text (messages, tool calls and results, final answer).
 
     Over ``max_chars`` the middle is cut (the task and the end usually matter most) and the cut is
     stated. A sample without a trajectory gives just its final answer.
     """
-    trajectory = sample.get("trajectory") or {}
-    messages = trajectory.get("messages") or []
+    trajectory = json_object(sample.get("trajectory"))
+    messages = json_list(trajectory.get("messages"))
     if messages:
-        body = "\n\n".join(_message_text(m) for m in messages)
-        failed = [r for r in trajectory.get("tool_calls") or () if r.get("status") != "ok"]
+        body = "\n\n".join(_message_text(json_object(m)) for m in messages)
+        records = map(json_object, json_list(trajectory.get("tool_calls")))
+        failed = [r for r in records if r.get("status") != "ok"]
         if failed:
             body += "\n\nFAILED TOOL CALLS: " + "; ".join(
                 f"{r.get('call_id')} {r.get('name')}: {r.get('status')} ({r.get('error')})"

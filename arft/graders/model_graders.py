@@ -36,7 +36,7 @@ LABEL_INSTRUCTIONS = ('Reply with JSON only: {{"steps": [{{"description": "...",
                       '"..."}}], "result": "<one of: {labels}>"}}.')
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """A finite number from a judge's result (a JSON number or a numeric string), else None."""
     if isinstance(value, bool):
         return None
@@ -70,7 +70,7 @@ class ScoreModelGrader:
         """Close the judge's connections (call before the event loop ends)."""
         await self.client.aclose()
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         try:
             messages = render_messages(self.spec.input, sample, item, self.instructions)
             text = await self.client.ask(messages)
@@ -106,7 +106,7 @@ class LabelModelGrader:
         """Close the judge's connections (call before the event loop ends)."""
         await self.client.aclose()
 
-    def _label(self, result: Any) -> str | None:
+    def _label(self, result: object) -> str | None:
         """The label the judge chose: exact, else the one label equal ignoring case and quotes."""
         if not isinstance(result, str):
             return None
@@ -116,7 +116,7 @@ class LabelModelGrader:
         matches = [label for label in self.spec.labels if label.casefold() == wanted]
         return matches[0] if len(matches) == 1 else None
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         try:
             messages = render_messages(self.spec.input, sample, item, self.instructions)
             result = reply_result(await self.client.ask(messages))
@@ -147,7 +147,7 @@ def _check_labels(spec: LabelModelSpec) -> None:
                           f"{unknown} not in labels {spec.labels}")
 
 
-def build_score_model(spec: dict[str, Any], base_dir: Path) -> ScoreModelGrader:
+def build_score_model(spec: dict[str, object], base_dir: Path) -> ScoreModelGrader:
     """Registry entry point for ``score_model`` (``base_dir`` is unused)."""
     parsed = validate_spec(ScoreModelSpec, spec)
     _check_range(parsed)
@@ -155,7 +155,7 @@ def build_score_model(spec: dict[str, Any], base_dir: Path) -> ScoreModelGrader:
     return ScoreModelGrader(parsed)
 
 
-def build_label_model(spec: dict[str, Any], base_dir: Path) -> LabelModelGrader:
+def build_label_model(spec: dict[str, object], base_dir: Path) -> LabelModelGrader:
     """Registry entry point for ``label_model`` (``base_dir`` is unused)."""
     parsed = validate_spec(LabelModelSpec, spec)
     _check_labels(parsed)

@@ -44,8 +44,8 @@ class MultiGrader:
         for child in self.children.values():
             await close_grader(child)
 
-    async def _child(self, key: str, grader: Grader, sample: dict[str, Any],
-                     item: dict[str, Any]) -> Score:
+    async def _child(self, key: str, grader: Grader, sample: dict[str, object],
+                     item: dict[str, object]) -> Score:
         """One child's Score; whatever goes wrong in the child becomes an error Score."""
         try:
             score = await grader.grade(sample, item)
@@ -58,7 +58,7 @@ class MultiGrader:
             return Score(score=0.0, error=f"returned a non-finite score {score.score}", grader=key)
         return score
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         keys = list(self.children)
         results = await asyncio.gather(
             *(self._child(k, self.children[k], sample, item) for k in keys))
@@ -84,7 +84,7 @@ class MultiGrader:
                      grader=self.name)
 
 
-def _build_children(name: Any, graders: Any, base_dir: Path) -> dict[str, Grader]:
+def _build_children(name: object, graders: object, base_dir: Path) -> dict[str, Grader]:
     """Every child, built (and so checked) by its own builder before the spec is validated, so a
     broken child's error names it the way a top-level grader's would; a ``graders`` that is no
     mapping is left to the spec."""
@@ -103,7 +103,7 @@ def _build_children(name: Any, graders: Any, base_dir: Path) -> dict[str, Grader
     return children
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> MultiGrader:
+def build(spec: dict[str, object], base_dir: Path) -> MultiGrader:
     """Registry entry point: builds every child, validates the spec, checks the formula.
 
     Raises ``GraderError`` naming this grader and the field (a child's own error included).

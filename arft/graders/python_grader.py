@@ -44,7 +44,7 @@ _DICT_KEYS = ("score", "sub_scores", "flags", "passed")
 def check_source(source: str, filename: str, label: str) -> None:
     """Compile ``source`` and check it defines ``def grade(sample, item)``; never runs it."""
     try:
-        tree = compile(source, filename, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = ast.parse(source, filename, "exec")
         compile(tree, filename, "exec", dont_inherit=True)  # errors only the compiler finds
     except SyntaxError as e:
         raise GraderError(f"{label}: syntax error on line {e.lineno}: {e.msg}; fix the source "
@@ -72,7 +72,7 @@ def check_source(source: str, filename: str, label: str) -> None:
                           "as grade(sample, item); give it exactly two parameters")
 
 
-def _number(value: Any, what: str) -> float:
+def _number(value: object, what: str) -> float:
     """A finite float from a grade's number; ValueError naming ``what`` otherwise."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0
@@ -83,14 +83,14 @@ def _number(value: Any, what: str) -> float:
     return float(value)
 
 
-def _from_dict(value: dict[str, Any]) -> dict[str, Any]:
+def _from_dict(value: dict[str, object]) -> dict[str, object]:
     unknown = sorted(set(value) - set(_DICT_KEYS))
     if unknown:
         raise ValueError(f"grade returned a dict with unknown keys {unknown}; use "
                          f"{', '.join(_DICT_KEYS)}")
     if "score" not in value:
         raise ValueError("grade returned a dict without a 'score'; add {'score': <float>}")
-    fields: dict[str, Any] = {"score": _number(value["score"], "the 'score'")}
+    fields: dict[str, object] = {"score": _number(value["score"], "the 'score'")}
     subs = value.get("sub_scores") or {}
     if not isinstance(subs, dict):
         raise ValueError(f"'sub_scores' is {type(subs).__name__}; make it a dict name -> number")
@@ -141,7 +141,7 @@ class PythonGrader:
         """Sandbox layers applied (pool mode, after the first grade)."""
         return self._pool.isolation if self._pool is not None else ()
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         if self._pool is not None:
             result = await self._pool.call(sample, item)
         else:
@@ -167,7 +167,7 @@ def load_source(spec: PythonGraderSpec, base_dir: Path) -> tuple[str, str]:
                           "paths resolve against the job file's folder") from None
 
 
-def build(spec: dict[str, Any], base_dir: Path, **options: Any) -> PythonGrader:
+def build(spec: dict[str, object], base_dir: Path, **options: Any) -> PythonGrader:
     """Registry entry point; ``options`` go to ``PythonGrader`` (mode, pool_size, ...)."""
     parsed = validate_spec(PythonGraderSpec, spec)
     source, filename = load_source(parsed, base_dir)

@@ -22,7 +22,7 @@ from arft.config.graders import as_written
 from arft.graders.base import Grader, GraderError, build_sample
 from arft.records import Rollout, Score
 
-Builder = Callable[[dict[str, Any], Path], Grader]
+Builder = Callable[[dict[str, object], Path], Grader]
 
 
 def grader_types() -> dict[str, str]:
@@ -39,7 +39,7 @@ def grader_types() -> dict[str, str]:
     }
 
 
-def build_grader(spec: BaseModel | dict[str, Any], base_dir: Path) -> Grader:
+def build_grader(spec: object, base_dir: Path) -> Grader:
     """The grader for ``spec``; ``base_dir`` (the job file's folder) resolves any file it names.
 
     ``spec`` is a job's typed grader (``job.rl.grader``, an ``arft.config.GraderSpec``) or the
@@ -81,7 +81,7 @@ async def grade_rollout(grader: Grader, rollout: Rollout, workspace: Path | None
     return await grade_sample(grader, sample, rollout.item)
 
 
-async def grade_sample(grader: Grader, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+async def grade_sample(grader: Grader, sample: dict[str, object], item: dict[str, object]) -> Score:
     """Grade one sample; never raises (except cancellation).
 
     Any exception from the grader, a result that is not a ``Score``, or a non-finite score

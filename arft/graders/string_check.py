@@ -40,7 +40,7 @@ class StringCheckGrader:
         self.spec = spec
         self.name = spec.name
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         try:
             text = render_template(self.spec.input, sample, item)
             reference = render_template(self.spec.reference, sample, item)
@@ -51,6 +51,6 @@ class StringCheckGrader:
         return Score(score=score, passed=score == 1.0, grader=self.name)
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> StringCheckGrader:
+def build(spec: dict[str, object], base_dir: Path) -> StringCheckGrader:
     """Registry entry point (``base_dir`` is unused: string_check reads no files)."""
     return StringCheckGrader(validate_spec(StringCheckSpec, spec))

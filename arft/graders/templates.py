@@ -19,6 +19,8 @@ import json
 import re
 from typing import Any
 
+from arft.errors import ArftError
+
 PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}", re.DOTALL)
 STEP = re.compile(
     r"""\.(?P<attr>[A-Za-z_][A-Za-z0-9_\-]*)      # .key
@@ -31,7 +33,7 @@ STEP = re.compile(
 ROOT = re.compile(r"\s*(sample|item)\b")
 
 
-class TemplateError(ValueError):
+class TemplateError(ArftError):
     """A template placeholder that cannot be resolved; the message names template and part."""
 
 
@@ -72,7 +74,7 @@ def _describe(root: str, steps: list[str | int]) -> str:
     return out
 
 
-def _step(value: Any, step: str | int, here: str) -> Any:
+def _step(value: object, step: str | int, here: str) -> Any:
     """Apply one path step; ``here`` is the path so far, for the error message."""
     if isinstance(value, str):
         try:
@@ -95,7 +97,7 @@ def _step(value: Any, step: str | int, here: str) -> Any:
     raise TemplateError(f"{here} is {json.dumps(value)}, which has no {step!r}")
 
 
-def resolve(path_expr: str, sample: dict[str, Any], item: dict[str, Any]) -> Any:
+def resolve(path_expr: str, sample: dict[str, object], item: dict[str, object]) -> Any:
     """The raw value at ``path_expr`` (``item.x``, ``sample.output_tools[0]``; braces optional)."""
     expr = path_expr.strip()
     whole = PLACEHOLDER.fullmatch(expr)
@@ -108,12 +110,12 @@ def resolve(path_expr: str, sample: dict[str, Any], item: dict[str, Any]) -> Any
     return value
 
 
-def to_text(value: Any) -> str:
+def to_text(value: object) -> str:
     """How a value appears in a rendered template: strings as is, everything else as JSON."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def render_template(template: str, sample: dict[str, Any], item: dict[str, Any]) -> str:
+def render_template(template: str, sample: dict[str, object], item: dict[str, object]) -> str:
     """Replace every ``{{ path }}`` in ``template``; raises ``TemplateError`` naming the template."""
 
     def substitute(m: re.Match[str]) -> str:
@@ -131,8 +133,8 @@ def is_lone_placeholder(template: str) -> bool:
     return len(found) == 1 and PLACEHOLDER.fullmatch(template.strip()) is not None
 
 
-def template_value(template: str | list[str], sample: dict[str, Any],
-                   item: dict[str, Any]) -> Any:
+def template_value(template: str | list[str], sample: dict[str, object],
+                   item: dict[str, object]) -> Any:
     """A spec value: the raw value of a lone placeholder, else the rendered text (or the list)."""
     if isinstance(template, list):
         return template

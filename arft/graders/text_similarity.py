@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from arft.config.graders import TextSimilaritySpec
+from arft.errors import ArftError
 from arft.graders.base import GraderError, validate_spec
 from arft.graders.templates import TemplateError, render_template
 from arft.records import Score
@@ -55,7 +56,7 @@ _WORDNET_LOCK = threading.Lock()
 _EMBEDDER_LOCK = threading.Lock()
 
 
-class MetricUnavailable(RuntimeError):
+class MetricUnavailable(ArftError):
     """A metric whose library or data is not installed; the message says what to install."""
 
 
@@ -219,7 +220,7 @@ class TextSimilarityGrader:
         # METEOR and cosine load data or a model (seconds, first call only): off the event loop.
         self._in_thread = spec.evaluation_metric in ("meteor", "cosine")
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         try:
             text = render_template(self.spec.input, sample, item)
             reference = render_template(self.spec.reference, sample, item)
@@ -237,7 +238,7 @@ class TextSimilarityGrader:
                      grader=self.name)
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> TextSimilarityGrader:
+def build(spec: dict[str, object], base_dir: Path) -> TextSimilarityGrader:
     """Registry entry point (``base_dir`` is unused).
 
     Raises ``GraderError`` for a bad spec, and for ``meteor``/``cosine`` when the data or model

@@ -16,14 +16,15 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from pathlib import Path
 from typing import Any
 
+from arft.errors import ArftError
 from arft.graders.base import build_sample, close_grader, GraderError
 from arft.graders.registry import build_grader, grade_sample
 from arft.graders.templates import _parse_path, PLACEHOLDER, resolve, TemplateError
-from arft.records import Message, new_trace_id, Rollout, Score
+from arft.records import json_list, json_object, Message, new_trace_id, Rollout, Score
 
 SAMPLE_KEYS = ("output_text", "output_json", "output_tools", "choices", "trajectory", "workspace")
 TRAJECTORY_KEYS = ("trace_id", "messages", "tool_calls", "n_tool_calls", "n_turns",
@@ -32,29 +33,29 @@ PYTHON_FILE_KEYS = ("file", "path", "source_file")
 """Keys naming a python grader's source file (arft addition; the hosted field is ``source``)."""
 
 
-class InputError(ValueError):
+class InputError(ArftError):
     """A grader, item or sample argument that cannot be read; the message says what to pass."""
 
 
 # -- samples -----------------------------------------------------------------------------------
 
 
-def sample_from_text(text: str) -> dict[str, Any]:
+def sample_from_text(text: str) -> dict[str, object]:
     """The sample of a rollout whose only message is the assistant answer ``text``."""
     rollout = Rollout(trace_id=new_trace_id(), task_id="sample", n_turns=1,
                       messages=(Message(role="assistant", content=text),))
     return build_sample(rollout)
 
 
-def _text_of_choices(choices: Any) -> str:
+def _text_of_choices(choices: object) -> str:
     try:
-        content = choices[0]["message"]["content"]
+        content = json_object(json_object(json_list(choices)[0])["message"])["content"]
     except (LookupError, TypeError):
         return ""
     return content if isinstance(content, str) else ""
 
 
-def complete_sample(raw: dict[str, Any]) -> dict[str, Any]:
+def complete_sample(raw: dict[str, object]) -> dict[str, object]:
     """A full sample from a partial one: keys left out get the values ``build_sample`` would give
     a one-message rollout answering ``output_text`` (``output_json`` parsed from it, no tool
     calls). ``output_text`` defaults to the first choice's content. Unknown keys are an error.
@@ -75,16 +76,17 @@ def complete_sample(raw: dict[str, Any]) -> dict[str, Any]:
             sample["output_json"] = json.loads(text)
         except (json.JSONDecodeError, ValueError):
             sample["output_json"] = None
-    if "trajectory" not in raw and sample["output_tools"]:
-        sample["trajectory"]["n_tool_calls"] = len(sample["output_tools"])
+    tools, trajectory = sample["output_tools"], sample["trajectory"]
+    if "trajectory" not in raw and tools and isinstance(tools, Sized) and isinstance(trajectory, dict):
+        trajectory["n_tool_calls"] = len(tools)
     return sample
 
 
 # -- grading one sample ------------------------------------------------------------------------
 
 
-async def run_grader(spec: dict[str, Any], base_dir: Path, item: dict[str, Any],
-                     sample: dict[str, Any]) -> Score:
+async def run_grader(spec: dict[str, object], base_dir: Path, item: dict[str, object],
+                     sample: dict[str, object]) -> Score:
     """The hosted graders/run: build ``spec`` and grade one (complete) sample.
 
     Raises ``GraderError`` for a spec that does not build; every grading failure is an error
@@ -97,7 +99,7 @@ async def run_grader(spec: dict[str, Any], base_dir: Path, item: dict[str, Any],
         await close_grader(grader)
 
 
-def score_json(score: Score) -> dict[str, Any]:
+def score_json(score: Score) -> dict[str, object]:
     """The graders/run answer: ``{"score", "sub_scores", "passed", "error", "flags"}``."""
     return {"score": score.score, "sub_scores": dict(score.sub_scores), "passed": score.passed,
             "error": score.error, "flags": list(score.flags)}
@@ -112,7 +114,7 @@ def _join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def spec_strings(spec: Any, path: str = "") -> Iterator[tuple[str, str]]:
+def spec_strings(spec: object, path: str = "") -> Iterator[tuple[str, str]]:
     """Every string in a spec with its path (``graders.a.input``, ``input[0].content``).
 
     A python grader's ``source`` is code, not a template, and is skipped.
@@ -141,8 +143,8 @@ def _check_default_sample(steps: list[str | int]) -> str | None:
     return None
 
 
-def _check_placeholder(expr: str, item: dict[str, Any] | None,
-                       sample: dict[str, Any] | None) -> str | None:
+def _check_placeholder(expr: str, item: dict[str, object] | None,
+                       sample: dict[str, object] | None) -> str | None:
     """Why ``{{ expr }}`` does not resolve, or None when it does (or cannot be checked)."""
     try:
         root, steps = _parse_path(expr)
@@ -158,8 +160,8 @@ def _check_placeholder(expr: str, item: dict[str, Any] | None,
     return None
 
 
-def template_problems(spec: Any, item: dict[str, Any] | None = None,
-                      sample: dict[str, Any] | None = None) -> list[str]:
+def template_problems(spec: object, item: dict[str, object] | None = None,
+                      sample: dict[str, object] | None = None) -> list[str]:
     """Every template placeholder in ``spec`` that does not resolve, named with its spec path.
 
     ``item`` None: ``{{ item.* }}`` placeholders are only checked for syntax. ``sample`` None:
@@ -207,10 +209,11 @@ def python_source_problems(source: str, where: str) -> list[str]:
     return []
 
 
-def _python_source(spec: dict[str, Any], base_dir: Path) -> tuple[str, str] | None:
+def _python_source(spec: dict[str, object], base_dir: Path) -> tuple[str, str] | None:
     """``(source, label)`` of a python grader spec, or None when it names none (schema error)."""
-    if isinstance(spec.get("source"), str):
-        return spec["source"], "source"
+    source = spec.get("source")
+    if isinstance(source, str):
+        return source, "source"
     for key in PYTHON_FILE_KEYS:
         value = spec.get(key)
         if isinstance(value, str) and value.endswith(".py"):
@@ -224,7 +227,7 @@ def _python_source(spec: dict[str, Any], base_dir: Path) -> tuple[str, str] | No
     return None
 
 
-def _python_specs(spec: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+def _python_specs(spec: object, path: str = "") -> Iterator[tuple[str, dict[str, object]]]:
     """Every python grader inside ``spec`` (itself, ``multi`` children, ...), with its path."""
     if isinstance(spec, dict):
         if spec.get("type") == "python":
@@ -237,7 +240,7 @@ def _python_specs(spec: Any, path: str = "") -> Iterator[tuple[str, dict[str, An
             yield from _python_specs(value, _join(path, i))
 
 
-def python_problems(spec: Any, base_dir: Path) -> list[str]:
+def python_problems(spec: object, base_dir: Path) -> list[str]:
     """Problems of every python grader source in ``spec``."""
     problems: list[str] = []
     for path, sub in _python_specs(spec):
@@ -271,7 +274,7 @@ def _subscript_keys(source: str) -> list[str]:
             and isinstance(node.slice.value, str)]
 
 
-def item_reads(spec: Any, base_dir: Path) -> list[tuple[str, str]]:
+def item_reads(spec: object, base_dir: Path) -> list[tuple[str, str]]:
     """The item fields a grader needs, as ``(where, path)``: every ``{{ item.* }}`` template
     (``where`` is the spec path) and every ``item["key"]`` a python grader's ``grade`` reads by
     subscript (a missing key raises ``KeyError``; ``item.get`` has a default and is left out).
@@ -299,7 +302,7 @@ def item_reads(spec: Any, base_dir: Path) -> list[tuple[str, str]]:
 # -- validation: the whole spec ----------------------------------------------------------------
 
 
-def build_problems(spec: Any, base_dir: Path) -> list[str]:
+def build_problems(spec: object, base_dir: Path) -> list[str]:
     """Why ``spec`` does not build (schema, unknown type, a child that fails), or nothing."""
     try:
         grader = build_grader(spec, base_dir)
@@ -315,7 +318,7 @@ def build_problems(spec: Any, base_dir: Path) -> list[str]:
     return []
 
 
-def _close_now(grader: Any) -> None:
+def _close_now(grader: object) -> None:
     """Close a grader from synchronous code (best effort inside a running event loop)."""
     import asyncio
 
@@ -330,8 +333,8 @@ def _close_now(grader: Any) -> None:
     asyncio.ensure_future(close_grader(grader))
 
 
-def validate_grader(spec: Any, base_dir: Path, item: dict[str, Any] | None = None,
-                    sample: dict[str, Any] | None = None) -> list[str]:
+def validate_grader(spec: object, base_dir: Path, item: dict[str, object] | None = None,
+                    sample: dict[str, object] | None = None) -> list[str]:
     """The hosted graders/validate: every problem of ``spec`` (empty list: valid).
 
     Checks, in order: python grader sources parse and define ``grade(sample, item)``; the spec

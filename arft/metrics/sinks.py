@@ -21,12 +21,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from arft.config import JobSpec, LoggingSpec, MlflowSpec, WandbSpec
+from arft.errors import ArftError
 from arft.secrets import redact
 from arft.tracing.run_dir import RunDir, write_durably
 from arft.tracing.store import RunStore
 
 
-class TrackingError(ValueError):
+# ValueError too: the warm start (arft.app.expert_iteration) reports a ValueError of its sft step, which
+# opens the run's metric sinks, as that step's failure.
+class TrackingError(ArftError, ValueError):
     """A configured metric sink could not be started."""
 
 
@@ -134,7 +137,7 @@ class TensorBoardSink:
 class WandbSink:
     """One W&B run per run directory (its id kept in ``RUN_DIR/wandb_run_id.txt``)."""
 
-    def __init__(self, spec: WandbSpec, run_dir: Path, config: dict[str, Any]) -> None:
+    def __init__(self, spec: WandbSpec, run_dir: Path, config: dict[str, object]) -> None:
         try:
             import wandb
         except ImportError as e:
@@ -161,7 +164,7 @@ class WandbSink:
 class MlflowSink:
     """One MLflow run per run directory (its id kept in ``RUN_DIR/mlflow_run_id.txt``)."""
 
-    def __init__(self, spec: MlflowSpec, run_dir: Path, params: dict[str, Any]) -> None:
+    def __init__(self, spec: MlflowSpec, run_dir: Path, params: dict[str, object]) -> None:
         try:
             from mlflow.tracking import MlflowClient
         except ImportError as e:
@@ -213,7 +216,7 @@ def _flat_params(job: JobSpec) -> dict[str, Any]:
     (``arft.secrets.redact``)."""
     out: dict[str, Any] = {}
 
-    def walk(prefix: str, value: Any) -> None:
+    def walk(prefix: str, value: object) -> None:
         if isinstance(value, dict):
             for k, v in value.items():
                 walk(f"{prefix}.{k}" if prefix else str(k), v)
@@ -233,7 +236,7 @@ def open_sinks(job: JobSpec, run_dir: Path, store: RunStore | None = None,
     then the dashboards ``job.logging`` asks for; raises ``TrackingError`` when one cannot start.
 
     ``resumed_from``: the checkpoint step a resumed run continues from. The caller has already
-    dropped the store's and metrics.jsonl's rows after it (``arft.app.learning.rewind``);
+    dropped the store's and metrics.jsonl's rows after it (``arft.app.resume.rewind``);
     TensorBoard hides its events after it (``TensorBoardSink``). W&B and MLflow cannot delete
     logged values: for the re-run steps W&B keeps the interrupted process's rows (it ignores a
     step logged again), MLflow shows both."""

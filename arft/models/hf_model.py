@@ -12,12 +12,12 @@ if TYPE_CHECKING:
     import torch
 
 
-def forward_parameters(model: Any) -> Any:
+def forward_parameters(model: object) -> Any:
     """The parameters of ``model.forward`` (peft wrappers: their base model's)."""
     return inspect.signature(unwrap(model).forward).parameters
 
 
-def cache_keyword(model: Any) -> str:
+def cache_keyword(model: object) -> str:
     """The KV-cache keyword of ``model.forward``: ``cache`` since transformers 5.x renamed it,
     ``past_key_values`` before."""
     return "cache" if "cache" in forward_parameters(model) else "past_key_values"
@@ -29,7 +29,7 @@ def torch_device(device: str) -> "torch.device":
     return torch.device(device)
 
 
-def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+def eos_ids(model: object, tokenizer: object) -> frozenset[int]:
     """End-of-turn ids: the tokenizer's eos plus every eos id of the model's generation config."""
     ids: set[int] = set()
     sources = [getattr(tokenizer, "eos_token_id", None),
@@ -42,13 +42,13 @@ def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
-def forward_kwargs(model: Any) -> tuple[str, dict[str, Any]]:
+def forward_kwargs(model: object) -> tuple[str, dict[str, Any]]:
     """The cache keyword of this model's forward (renamed in transformers 5) and extra kwargs."""
     extra = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}  # prefill: last position only
     return cache_keyword(model), extra
 
 
-def param_state(p: Any) -> tuple[int, int, int, Any]:
+def param_state(p: "torch.Tensor") -> tuple[int, int, int, Any]:
     """A parameter's identity, in-place version, storage address and dtype: changes when the
     parameter is written in place through autograd (optimizer steps, ``load_state_dict``,
     ``copy_``), replaced, given new ``.data`` or cast. Writes into ``.data`` in place (peft's
@@ -56,12 +56,12 @@ def param_state(p: Any) -> tuple[int, int, int, Any]:
     return id(p), p._version, p.data_ptr(), p.dtype
 
 
-def weights_fingerprint(model: Any) -> tuple[tuple[int, int, int, Any], ...]:
+def weights_fingerprint(model: "torch.nn.Module") -> tuple[tuple[int, int, int, Any], ...]:
     """``param_state`` of every parameter (see its limits)."""
     return tuple(param_state(p) for p in model.parameters())
 
 
-def merged_copy(policy: Any) -> Any:
+def merged_copy(policy: object) -> Any:
     """A plain model with ``policy``'s current weights: a LoRA adapter merged into a copy of the
     base, or a fully fine-tuned model itself (the vLLM engine's merged sync writes a bf16 copy of
     it; the merged ``SnapshotEngine`` samples from it)."""

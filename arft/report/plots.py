@@ -12,9 +12,13 @@ import io
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arft.metrics.summary import EvalSummary
+
+if TYPE_CHECKING:  # matplotlib imports lazily
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 Series = Mapping[int, float]
 """step -> value; a step that is absent was not recorded."""
@@ -47,7 +51,7 @@ def _figure(ncols: int = 1, nrows: int = 1, width: float = 9.0, height: float = 
             plt.close(fig)
 
 
-def _png(fig: Any) -> bytes:
+def _png(fig: "Figure") -> bytes:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
@@ -67,14 +71,14 @@ def gapped(points: Series) -> tuple[list[int], list[float]]:
     return xs, [points.get(x, math.nan) for x in xs]
 
 
-def _steps_axis(ax: Any) -> None:
+def _steps_axis(ax: "Axes") -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
 
 
-def _line(ax: Any, series: Series, label: str, color: str | None = None, **kw: Any) -> bool:
+def _line(ax: "Axes", series: Series, label: str, color: str | None = None, **kw: Any) -> bool:
     points = _finite(series)
     if not points:
         return False

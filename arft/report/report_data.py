@@ -18,8 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from arft.errors import ArftError
 from arft.metrics.summary import EvalSummary, summarize
-from arft.records import Rollout
+from arft.records import json_object, Rollout
+from arft.tracing.rows import MetricRow, RunRow
 from arft.tracing.run_dir import RunDir
 from arft.tracing.store import RunStore
 
@@ -48,7 +50,7 @@ OTHER_STEP_METRICS: dict[str, str] = {
 }
 
 
-class ReportError(ValueError):
+class ReportError(ArftError):
     """The folder cannot be reported on (not a run directory, empty store)."""
 
 
@@ -112,7 +114,7 @@ def collect(run_dir: Path, viewer_url: str = DEFAULT_VIEWER_URL) -> Report:
         return _collect_eval(store, run_dir, evals, viewer_url)
 
 
-def _collect_train(store: RunStore, run_dir: Path, run: dict[str, Any], runs: list[dict[str, Any]],
+def _collect_train(store: RunStore, run_dir: Path, run: RunRow, runs: list[RunRow],
                    viewer_url: str) -> Report:
     run_id, job = run["run_id"], run["job"]
     notes: list[str] = []
@@ -147,7 +149,7 @@ def _collect_train(store: RunStore, run_dir: Path, run: dict[str, Any], runs: li
         notes=notes, extremes=extremes, viewer_url=viewer_url.rstrip("/"))
 
 
-def _collect_eval(store: RunStore, run_dir: Path, runs: list[dict[str, Any]], viewer_url: str) -> Report:
+def _collect_eval(store: RunStore, run_dir: Path, runs: list[RunRow], viewer_url: str) -> Report:
     rollouts = {i: store.rollouts(r["run_id"]) for i, r in enumerate(runs)}
     last = runs[-1]
     return Report(
@@ -162,7 +164,7 @@ def _collect_eval(store: RunStore, run_dir: Path, runs: list[dict[str, Any]], vi
         extremes={"evaluation": _extremes(rollouts[len(runs) - 1])}, viewer_url=viewer_url.rstrip("/"))
 
 
-def _step_metrics(rows: list[dict[str, Any]], run_dir: Path) -> dict[int, dict[str, float]]:
+def _step_metrics(rows: list[MetricRow], run_dir: Path) -> dict[int, dict[str, float]]:
     """step -> {name: value} from the store, else from metrics.jsonl; NaN means not recorded."""
     by_step: dict[int, dict[str, float]] = defaultdict(dict)
     for row in rows:
@@ -203,8 +205,9 @@ def _train_steps(rollouts: list[Rollout], by_step: dict[int, dict[str, float]],
     return {s: rs for s, rs in sorted(grouped.items()) if rs}, unknown[i:]
 
 
-def _eval_step(run: dict[str, Any], rollouts: list[Rollout]) -> int | None:
-    step = (run.get("job") or {}).get("step")
+def _eval_step(run: RunRow, rollouts: list[Rollout]) -> int | None:
+    stored = json_object(run["job"]).get("step")
+    step = stored if isinstance(stored, int) else None
     if step is None and rollouts:
         step = rollouts[0].step
     if step is None:  # run ids are "<train>:eval-000005" (or "...-r1" after a resume)
@@ -214,7 +217,7 @@ def _eval_step(run: dict[str, Any], rollouts: list[Rollout]) -> int | None:
 
 
 def _update_series(by_step: dict[int, dict[str, float]],
-                   job: dict[str, Any]) -> tuple[dict[str, dict[int, float]], dict[str, str]]:
+                   job: dict[str, object]) -> tuple[dict[str, dict[int, float]], dict[str, str]]:
     """The update metrics to plot, and those not recorded with the reason."""
     series: dict[str, dict[int, float]] = defaultdict(dict)
     for step, m in by_step.items():
@@ -227,7 +230,7 @@ def _update_series(by_step: dict[int, dict[str, float]],
     if not by_step:
         return {}, {name: "not recorded (the run has no metrics)" for name in UPDATE_METRICS}
     missing: dict[str, str] = {}
-    kl_coef = ((job.get("training") or {}).get("kl_coef"))
+    kl_coef = json_object(job.get("training")).get("kl_coef")
     if kl_coef == 0 and "update/kl" in series:
         # The learner reports 0.0 when there is no reference model: that is no measurement.
         del series["update/kl"]
@@ -263,23 +266,24 @@ def _row(r: Rollout) -> RolloutRow:
                       answer=answer[:140] + ("…" if len(answer) > 140 else ""))
 
 
-def _job_name(run_dir: Path, job: dict[str, Any]) -> str:
+def _job_name(run_dir: Path, job: dict[str, object]) -> str:
     marker = run_dir / "job_path.txt"
     if marker.exists():
         return Path(marker.read_text().strip()).stem
     return str(job.get("suffix") or run_dir.name)
 
 
-def _wall_time(runs: list[dict[str, Any]]) -> float | None:
-    spans = [(datetime.fromisoformat(r["created_at"]), datetime.fromisoformat(r["finished_at"]))
-             for r in runs if r.get("finished_at")]
+def _wall_time(runs: list[RunRow]) -> float | None:
+    spans = [(datetime.fromisoformat(r["created_at"]), datetime.fromisoformat(end))
+             for r in runs if (end := r["finished_at"])]
     return sum((b - a).total_seconds() for a, b in spans) if spans else None
 
 
-def _steps_total(run_dir: Path, job: dict[str, Any]) -> int | None:
+def _steps_total(run_dir: Path, job: dict[str, object]) -> int | None:
     checkpoint = RunDir(run_dir).latest_checkpoint()
     if checkpoint is not None:
         total = json.loads((checkpoint / "state.json").read_text()).get("total_steps")
         if total is not None:
             return int(total)
-    return (job.get("training") or {}).get("max_steps")
+    max_steps = json_object(job.get("training")).get("max_steps")
+    return max_steps if isinstance(max_steps, int) else None

@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from arft.records import Message, Rollout, ToolCallRecord
 from arft.report.trajectory import truncate
 from arft.report.viewer_data import (FLAG_FILTERS, PAGE_SIZE, SPLITS, STATUSES, FilterError,
-                                     Filters, Page, RunData)
+                                     Choices, Filters, ListRow, Page, RunData, RunSummary)
 
 MAX_TEXT_CHARS = 20_000
 """Longer message contents and tool outputs are cut, with a marker saying how much."""
@@ -101,7 +101,7 @@ def _rollout_href(trace_id: str) -> str:
     return escape(f"/rollouts/{quote(trace_id, safe='')}")
 
 
-def _where(row: dict[str, Any]) -> tuple[str, str]:
+def _where(row: ListRow) -> tuple[str, str]:
     """The split and step cells of a row: "train"/"eval" and the step ("—" when unknown)."""
     return row["split"], "—" if row["step"] is None else str(row["step"])
 
@@ -118,25 +118,25 @@ def _field(label: str, control: str) -> str:
     return f"<label>{escape(label)}{control}</label>"
 
 
-def _input(name: str, value: Any, placeholder: str = "", cls: str = "short") -> str:
+def _input(name: str, value: object, placeholder: str = "", cls: str = "short") -> str:
     shown = "" if value is None else escape(str(value))
     return (f"<input name={name} class={cls} value='{shown}' "
             f"placeholder='{escape(placeholder)}'>")
 
 
-def _filter_form(f: Filters, choices: dict[str, list[Any]]) -> str:
+def _filter_form(f: Filters, choices: Choices) -> str:
     any_ = [("", "any")]
-    flags = [(k, v) for k, v in FLAG_FILTERS.items()] + [(x, f"flag: {x}") for x in choices["flags"]]
+    flags = [(k, v) for k, v in FLAG_FILTERS.items()] + [(x, f"flag: {x}") for x in choices.flags]
     parts = [
         _field("split", _select("split", f.split, [(s, s) for s in SPLITS])),
         _field("step", _select("step", None if f.step is None else str(f.step),
-                               any_ + [(str(s), str(s)) for s in choices["steps"]])),
+                               any_ + [(str(s), str(s)) for s in choices.steps])),
         _field("task", _input("task", f.task, "exact task id", "")),
         _field("reward ≥", _input("min_reward", f.min_reward, "min")),
         _field("reward ≤", _input("max_reward", f.max_reward, "max")),
         _field("status", _select("status", f.status, any_ + [(s, s) for s in STATUSES])),
         _field("flag", _select("flag", f.flag, any_ + flags)),
-        _field("called tool", _select("tool", f.tool, any_ + [(t, t) for t in choices["tools"]])),
+        _field("called tool", _select("tool", f.tool, any_ + [(t, t) for t in choices.tools])),
         _field("sort", _select("sort", f.sort, [("", "as recorded"), ("reward", "reward ↑"),
                                                  ("-reward", "reward ↓")])),
     ]
@@ -148,7 +148,7 @@ def _filter_form(f: Filters, choices: dict[str, list[Any]]) -> str:
             "<button type=submit>Filter</button> <a href='/'>clear</a></form>")
 
 
-def _runs_bar(runs: list[dict[str, Any]]) -> str:
+def _runs_bar(runs: list[RunSummary]) -> str:
     links = []
     for r in runs:
         what = "training" if r["split"] == "train" else "eval" if r["step"] is None \
@@ -159,7 +159,7 @@ def _runs_bar(runs: list[dict[str, Any]]) -> str:
     return f"<div class=runs>{''.join(links)}</div>"
 
 
-def _flag_badges(row: dict[str, Any]) -> str:
+def _flag_badges(row: ListRow) -> str:
     out = [_badge(flag, "bad") for flag in row["flags"]]
     if row["grade_error"] is not None:
         out.append(_badge("grader error", "warn"))
@@ -168,7 +168,7 @@ def _flag_badges(row: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _list_row(row: dict[str, Any]) -> str:
+def _list_row(row: ListRow) -> str:
     split, step = _where(row)
     tools = escape(", ".join(row["tools"]))
     cells = [
@@ -219,7 +219,7 @@ def _kv(rows: list[tuple[str, str]]) -> str:
                                          for k, v in rows) + "</table>")
 
 
-def _header(r: Rollout, row: dict[str, Any]) -> str:
+def _header(r: Rollout, row: ListRow) -> str:
     split, step = _where(row)
     t = r.timings
     rows = [
@@ -312,7 +312,7 @@ def _conversation(r: Rollout) -> str:
     return f"<div id=conversation>{''.join(msgs)}</div>{extra}"
 
 
-def rollout_page(data: RunData, r: Rollout, row: dict[str, Any]) -> str:
+def rollout_page(data: RunData, r: Rollout, row: ListRow) -> str:
     """One rollout: header, grade breakdown, item, then every message with its tool calls."""
     item = escape(json.dumps(r.item, indent=2, ensure_ascii=False, default=str))
     body = (f"<p><a href='/'>← all rollouts</a></p><h1>Rollout · {escape(r.task_id)}</h1>"

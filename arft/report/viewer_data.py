@@ -17,14 +17,16 @@ Two values are derived, so old stores read the same as new ones:
 from __future__ import annotations
 
 import json
+import builtins
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NamedTuple, TypedDict, cast, get_args
 from urllib.parse import urlencode
 
+from arft.errors import ArftError
 from arft.records import Rollout, RolloutStatus
 from arft.tracing.run_dir import RunDir
 
@@ -64,7 +66,7 @@ LEFT JOIN grades g ON g.trace_id = r.trace_id
 """
 
 
-class FilterError(ValueError):
+class FilterError(ArftError):
     """A query parameter of the rollout list has a value the viewer cannot use."""
 
 
@@ -166,23 +168,64 @@ def _number(name: str, text: str, kind: type[int] | type[float]) -> Any:
         raise FilterError(f"{name} must be {what}, not {text!r}") from None
 
 
+class ListRow(TypedDict):
+    """One rollout of the list: the columns of ``_SELECT``, flags and tools as lists."""
+
+    trace_id: str
+    run_id: str | None
+    task_id: str
+    sample_index: int
+    step: int | None
+    split: str
+    status: str
+    finish_reason: str
+    reward: float | None
+    n_tool_calls: int
+    parse_errors: int
+    n_turns: int
+    score: float | None
+    passed: bool | None
+    grade_error: str | None
+    flags: list[str]
+    grader: str | None
+    tools: list[str]
+
+
+class RunSummary(TypedDict):
+    """One run that has rollouts, as the runs bar shows it."""
+
+    run_id: str | None
+    split: str
+    step: int | None
+    n: int
+    mean_reward: float | None
+
+
+class Choices(NamedTuple):
+    """The values present in the store, offered by the filter form."""
+
+    steps: list[int]
+    tools: list[str]
+    flags: list[str]
+
+
 @dataclass(frozen=True)
 class Page:
     """One page of the filtered rollout list."""
 
     total: int
-    rows: list[dict[str, Any]]
+    rows: list[ListRow]
 
     def n_pages(self, per_page: int) -> int:
         return max(1, -(-self.total // per_page))
 
 
-def _row(row: sqlite3.Row) -> dict[str, Any]:
+def _row(row: sqlite3.Row) -> ListRow:
     d = dict(row)
     d["flags"] = json.loads(d["flags"]) if d["flags"] else []
     d["tools"] = d["tools"].split(",") if d["tools"] else []
     d["passed"] = None if d["passed"] is None else bool(d["passed"])
-    return d
+    return cast(ListRow, d)  # the columns _SELECT names
 
 
 class RunData:
@@ -216,7 +259,7 @@ class RunData:
                                 [*params, f.per_page, (f.page - 1) * f.per_page]).fetchall()
         return Page(total=total, rows=[_row(r) for r in rows])
 
-    def row(self, trace_id: str) -> dict[str, Any] | None:
+    def row(self, trace_id: str) -> ListRow | None:
         """The list row of one rollout (with its split and step), or None when there is none."""
         with self._connect() as conn:
             row = conn.execute(f"{_SELECT} WHERE r.trace_id = ?", (trace_id,)).fetchone()
@@ -229,7 +272,7 @@ class RunData:
                                (trace_id,)).fetchone()
         return None if row is None else Rollout.model_validate_json(row["data"])
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> builtins.list[RunSummary]:  # `list` is a method here
         """Every run id that has rollouts, in the order first added: split, step, count, mean
         reward (over graded rollouts; None when none is graded)."""
         with self._connect() as conn:
@@ -238,9 +281,9 @@ class RunData:
                 "avg(r.reward) AS mean_reward FROM rollouts r "
                 "LEFT JOIN runs ru ON ru.run_id = r.run_id GROUP BY r.run_id ORDER BY min(r.rowid)"
             ).fetchall()
-        return [dict(r) for r in rows]
+        return [cast(RunSummary, dict(r)) for r in rows]  # the columns selected above
 
-    def choices(self) -> dict[str, list[Any]]:
+    def choices(self) -> Choices:
         """Values present in the store, for the filter form: steps, tools and grader flags."""
         with self._connect() as conn:
             steps = [r[0] for r in conn.execute(
@@ -249,4 +292,4 @@ class RunData:
                 "SELECT DISTINCT name FROM tool_calls WHERE name != '' ORDER BY name")]
             flags = [r[0] for r in conn.execute(
                 "SELECT DISTINCT j.value FROM grades, json_each(grades.flags) j ORDER BY 1")]
-        return {"steps": steps, "tools": tools, "flags": flags}
+        return Choices(steps=steps, tools=tools, flags=flags)

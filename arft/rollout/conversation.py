@@ -15,10 +15,15 @@ Two kinds, one small interface (``assistant_turn`` / ``add_tool_results``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Literal, Protocol, Sequence
 
 from arft.engines.base import ChatEngine, SamplingParams, TokenEngine, supports_constraints
+from arft.seeds import turn_seed
 from arft.records import Message
+
+
+TurnFinish = Literal["eos", "stop", "length", "context"]
+"""How a turn ended: ``eos`` | ``stop`` | ``length`` (cut by max_new_tokens) | ``context`` (no room left)."""
 
 
 @dataclass
@@ -27,14 +32,13 @@ class AssistantTurn:
 
     message: Message
     parse_errors: list[str]
-    finish: str
-    """``eos`` | ``stop`` | ``length`` (turn cut by max_new_tokens) | ``context`` (no room left)."""
+    finish: TurnFinish
 
 
 class Conversation(Protocol):
     """What the rollout loop needs of a conversation: start it, take turns, read its tokens."""
 
-    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
+    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, object]]) -> None:
         """Open the conversation on the task's messages with the tools this row may call."""
         ...
 
@@ -50,7 +54,7 @@ class Conversation(Protocol):
         ...
 
 
-def _first_turn_choice(tool_choice: str | dict[str, Any] | None) -> tuple[Any, Any]:
+def _first_turn_choice(tool_choice: str | dict[str, object] | None) -> tuple[Any, Any]:
     """(choice for the first turn, choice for later turns).
 
     ``required`` and a named tool force a call on the first turn only; forcing every turn would
@@ -89,7 +93,7 @@ class TokenConversation:
     _ended_with_eos: bool = False
     _turns: int = 0
 
-    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
+    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, object]]) -> None:
         """Render the prompt (and a forced prefill, for ``required`` / a named tool)."""
         self._choice, self._later_choice = _first_turn_choice(self.tool_choice)
         if self.tool_choice != "none" and supports_constraints(self.engine):
@@ -123,7 +127,7 @@ class TokenConversation:
         if room <= 0:
             return AssistantTurn(Message(role="assistant", content=""), [], "context")
         params = self.params.model_copy(update={
-            "seed": None if self.seed is None else self.seed + self._turns,
+            "seed": None if self.seed is None else turn_seed(self.seed, self._turns),
             "max_new_tokens": min(self.params.max_new_tokens, room),
             **self.fmt.turn_stops(self.params.stop, self.params.parallel_tool_calls),
             "grammar": None if self._grammar is None else self._grammar.with_prefill(self._prefill),
@@ -137,7 +141,7 @@ class TokenConversation:
             self.constrained_calls += len(parsed.tool_calls)
         message = Message(role="assistant", content=parsed.content,
                           tool_calls=tuple(parsed.tool_calls) or None)
-        finish = gen.finish_reason
+        finish: TurnFinish = gen.finish_reason
         if finish == "length" and len(self.token_ids) >= self.max_tokens:
             finish = "context"
         return AssistantTurn(message, list(parsed.errors), finish)
@@ -170,7 +174,7 @@ class ChatConversation:
     _later_choice: Any = None
     _turns: int = 0
 
-    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> None:
+    def start(self, messages: Sequence[Message], tools: Sequence[dict[str, object]]) -> None:
         self.messages = list(messages)
         self.tools = list(tools)
         self._choice, self._later_choice = _first_turn_choice(self.tool_choice)
@@ -179,13 +183,14 @@ class ChatConversation:
         if self.tokens_used >= self.max_tokens:
             return AssistantTurn(Message(role="assistant", content=""), [], "context")
         params = self.params.model_copy(update={
-            "seed": None if self.seed is None else self.seed + self._turns})
+            "seed": None if self.seed is None else turn_seed(self.seed, self._turns)})
         reply = await self.engine.chat(self.messages, self.tools, self._choice if self.tools else None,
                                        params)
         self._turns += 1
         self.tokens_used = reply.prompt_tokens + reply.completion_tokens
         self.messages.append(reply.message)
-        finish = {"stop": "eos", "tool_calls": "stop", "length": "length"}.get(reply.finish_reason, "eos")
+        finishes: dict[str, TurnFinish] = {"stop": "eos", "tool_calls": "stop", "length": "length"}
+        finish = finishes.get(reply.finish_reason, "eos")
         return AssistantTurn(reply.message, [], finish)
 
     def add_tool_results(self, messages: Sequence[Message]) -> bool:

@@ -17,13 +17,18 @@ from typing import Any
 
 from arft.engines.base import SamplingParams
 from arft.engines.scripted import ScriptedEngine
+from arft.chat.formats import ChatFormat
 from arft.chat.tool_prompt import ChatFormatError
+from arft.errors import ArftError
 from arft.records import Message
 from arft.rollout.conversation import TokenConversation
 
 
-class DemoError(ValueError):
-    """A demonstration that cannot be laid out as a rollout (the reason says why)."""
+# ValueError too: the warm start (arft.app.expert_iteration) re-words a ValueError of its sft step (no
+# demonstration left) as advice to sample more.
+class DemoError(ArftError, ValueError):
+    """A demonstration that cannot be laid out as a rollout, or demonstrations of which none is
+    left to imitate (``arft sft``, the warm start); the reason says why."""
 
 
 @dataclass(frozen=True)
@@ -67,21 +72,21 @@ def split_at_first_assistant(messages: Sequence[Message]) -> tuple[tuple[Message
     return tuple(messages), ()
 
 
-def _conversation(fmt: Any, max_tokens: int, tool_choice: Any, replies: list[str]) -> TokenConversation:
+def _conversation(fmt: ChatFormat, max_tokens: int, tool_choice: str | dict[str, object] | None, replies: list[str]) -> TokenConversation:
     engine = ScriptedEngine(fmt.tokenizer, lambda ids: replies.pop(0))
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_tokens)
     return TokenConversation(engine, fmt, params, max_tokens, tool_choice)
 
 
-def start_ids(fmt: Any, demo: Demonstration, schemas: Sequence[dict[str, Any]],
-              tool_choice: Any, max_tokens: int) -> list[int]:
+def start_ids(fmt: ChatFormat, demo: Demonstration, schemas: Sequence[dict[str, object]],
+              tool_choice: str | dict[str, object] | None, max_tokens: int) -> list[int]:
     """The prompt ids a rollout of ``demo``'s task starts from (a forced call's prefill included)."""
     conv = _conversation(fmt, max_tokens, tool_choice, [])
     conv.start(demo.prompt, schemas)
     return list(conv.token_ids)
 
 
-async def replay(fmt: Any, demo: Demonstration, schemas: Sequence[dict[str, Any]], tool_choice: Any,
+async def replay(fmt: ChatFormat, demo: Demonstration, schemas: Sequence[dict[str, object]], tool_choice: str | dict[str, object] | None,
                  max_tokens: int) -> DemoTokens:
     """Lay ``demo`` out as a rollout of the job would be (``fmt``: its ``ChatFormat``; ``schemas``:
     the tools shown; ``tool_choice``: the task's or the job's; ``max_tokens``: ``rollout.max_tokens``).
@@ -114,7 +119,7 @@ async def replay(fmt: Any, demo: Demonstration, schemas: Sequence[dict[str, Any]
     return DemoTokens(demo.task_id, fields["token_ids"], fields["loss_mask"], recorded=False)
 
 
-def _turn_text(fmt: Any, message: Message, prefill: str, index: int) -> str:
+def _turn_text(fmt: ChatFormat, message: Message, prefill: str, index: int) -> str:
     """The assistant turn as the engine would have sampled it after ``prefill``: its text, and the
     end-of-turn token when it makes no call (a call turn stops at the call's close)."""
     text = fmt.turn_text(message)

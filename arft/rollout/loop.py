@@ -103,7 +103,7 @@ async def _run_call(call: ToolCall, tools: Mapping[str, Tool], allowed: set[str]
 
 async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequence[str],
                      tools: Mapping[str, Tool], allowed: set[str], limits: RolloutLimits,
-                     item: dict[str, Any], workspace: Path | None) -> list[Message]:
+                     item: dict[str, object], workspace: Path | None) -> list[Message]:
     """Run one turn's calls concurrently; return the tool messages the model will see."""
     budget_left = limits.max_episode_steps - ep.n_calls
     runnable, refused = list(calls[:max(budget_left, 0)]), list(calls[max(budget_left, 0):])
@@ -140,7 +140,7 @@ async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequ
 
 
 async def _episode(ep: _Episode, conv: Conversation, tools: Mapping[str, Tool], allowed: set[str],
-                   limits: RolloutLimits, item: dict[str, Any], workspace: Path | None) -> None:
+                   limits: RolloutLimits, item: dict[str, object], workspace: Path | None) -> None:
     while True:
         if ep.n_turns >= limits.max_turns:
             return ep.end("max_turns", "truncated")
@@ -154,7 +154,7 @@ async def _episode(ep: _Episode, conv: Conversation, tools: Mapping[str, Tool], 
         if turn.finish == "context":
             return ep.end("max_tokens", "truncated")
         if not calls and not turn.parse_errors:
-            status = "truncated" if turn.finish == "length" else "ok"
+            status: RolloutStatus = "truncated" if turn.finish == "length" else "ok"
             return ep.end("answer" if status == "ok" else "max_tokens", status)
         if calls and ep.n_calls >= limits.max_episode_steps and limits.on_max_episode_steps == "end":
             return ep.end("max_episode_steps", "truncated")

@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from arft.config import JobSpec, auto
-from arft.engines.base import ChatEngine, SamplingParams, supports_constraints, TokenEngine
+from arft.engines.base import ChatEngine, SamplingParams, supports_constraints, TakesGrammar, TokenEngine
+from arft.seeds import sample_seed
 from arft.graders.registry import grade_rollout
 from arft.graders.templates import render_template, TemplateError
 from arft.chat.formats import ChatFormat
 from arft.records import new_trace_id, Rollout, Task
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
 from arft.rollout.loop import RolloutLimits, run_rollout
-from arft.sandbox.workspace import create_workspace, remove_workspace
+from arft.sandbox.workspace import WorkspaceError, create_workspace, remove_workspace
 from arft.together import together
 from arft.tools.registry import Toolbox
 from arft.tracing.store import RunStore
@@ -26,7 +27,7 @@ def workspace_template(pattern: str | None, base_dir: Path, task: Task | None) -
     """The folder copied into ``task``'s workspaces: ``rollout.workspace`` with its ``{{ item.* }}``
     placeholders filled from the task's row (one repository per task), relative to the job file.
 
-    Raises ``ValueError`` naming the task when the folder does not exist or a placeholder has no
+    Raises ``WorkspaceError`` naming the task when the folder does not exist or a placeholder has no
     value in the row.
     """
     if pattern is None:
@@ -35,12 +36,12 @@ def workspace_template(pattern: str | None, base_dir: Path, task: Task | None) -
     try:
         rendered = render_template(pattern, {}, task.item if task is not None else {})
     except TemplateError as e:
-        raise ValueError(f"{where}rollout.workspace: {e}; give every row that field") from None
+        raise WorkspaceError(f"{where}rollout.workspace: {e}; give every row that field") from None
     path = Path(rendered).expanduser()
     path = path if path.is_absolute() else (base_dir / path).resolve()
     if not path.is_dir():
-        raise ValueError(f"{where}rollout.workspace: {path} is not a directory; point it at a folder "
-                         "to copy into each rollout's workspace (placeholders: {{ item.field }})")
+        raise WorkspaceError(f"{where}rollout.workspace: {path} is not a directory; point it at a folder "
+                             "to copy into each rollout's workspace (placeholders: {{ item.field }})")
     return path
 
 
@@ -50,12 +51,12 @@ def constrained_tool_calls(option: bool | str, engine: object) -> bool:
     return auto.constrained_tool_calls(option, supports_constraints(engine), type(engine).__name__)
 
 
-def check_tool_grammar(engine: Any, chat_format: Any, schemas: Sequence[dict[str, Any]],
-                       constrain: bool) -> None:
+def check_tool_grammar(engine: TokenEngine | ChatEngine, chat_format: ChatFormat,
+                       schemas: Sequence[dict[str, object]], constrain: bool) -> None:
     """Compile the job's tool-call grammar now, so a schema the constraint cannot enforce stops the
     run before any rollout (``ConstraintError`` naming the tool and the schema keyword)."""
     grammar = chat_format.tool_grammar(schemas, constrain)
-    if grammar is not None:
+    if grammar is not None and isinstance(engine, TakesGrammar):
         engine.check_grammar(grammar)
 
 
@@ -82,7 +83,7 @@ class RolloutRunner:
     """Constrained tool calls for every tool (``rollout.constrained_tool_calls`` resolved)."""
 
     @classmethod
-    def from_job(cls, job: JobSpec, engine: TokenEngine | ChatEngine, toolbox: Toolbox, grader: Any,
+    def from_job(cls, job: JobSpec, engine: TokenEngine | ChatEngine, toolbox: Toolbox, grader: object,
                  *, store: RunStore | None = None, workspace_root: Path | None = None) -> "RolloutRunner":
         """A runner with the job's limits, sampling and workspace settings (``workspace_root``:
         where per-rollout workspaces are made, the run directory's ``workspaces/``)."""
@@ -151,7 +152,7 @@ class RolloutRunner:
         """``samples`` rollouts of every task, at most ``concurrency`` at once, in task order
         (``run_id``, ``step``: stamped on each, see ``run_one``).
 
-        With ``seed``, rollout (i, k) samples from seed ``seed + 1000 * (samples * i + k)``: the
+        With ``seed``, rollout (i, k) samples from seed ``sample_seed(seed, samples, i, k)``: the
         same seed reproduces the same rollouts whatever else runs concurrently.
         """
         if self.chat_format is not None and supports_constraints(self.engine):
@@ -160,7 +161,7 @@ class RolloutRunner:
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(i: int, task: Task, k: int) -> Rollout:
-            rollout_seed = None if seed is None else seed + 1000 * (samples * i + k)
+            rollout_seed = None if seed is None else sample_seed(seed, samples, i, k)
             async with gate:
                 rollout = await self.run_one(task, k, run_id=run_id, step=step, seed=rollout_seed)
             if on_done is not None:

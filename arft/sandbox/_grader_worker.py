@@ -40,6 +40,7 @@ import struct
 import sys
 import time
 import traceback
+from typing import Any
 
 HEADER = struct.Struct(">I")
 MAX_ANSWER_BYTES = 8 << 20
@@ -53,6 +54,8 @@ def _load_cleanup():  # noqa: ANN202 - a module
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_grader_cleanup.py")
     spec = importlib.util.spec_from_file_location("_arft_grader_cleanup", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -77,8 +80,9 @@ def read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(parts)
 
 
-def read_message(fd: int) -> dict | None:
-    """One length-prefixed JSON message, or None at end of file."""
+def read_message(fd: int) -> Any:
+    """One length-prefixed JSON message (the hello object, or a request's argument list), or None
+    at end of file."""
     head = read_exact(fd, HEADER.size)
     if head is None:
         return None
@@ -267,9 +271,10 @@ def describe_death(status: int, why: str, limits: dict) -> dict:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        hint = {signal.SIGXCPU: " (CPU time limit)", signal.SIGXFSZ: " (file size limit)",
-                signal.SIGSEGV: " (a crash, often memory exhaustion in a C extension)",
-                signal.SIGKILL: " (killed: memory or process limit)"}.get(sig, "")
+        hints: dict[int, str] = {signal.SIGXCPU: " (CPU time limit)", signal.SIGXFSZ: " (file size limit)",
+                                 signal.SIGSEGV: " (a crash, often memory exhaustion in a C extension)",
+                                 signal.SIGKILL: " (killed: memory or process limit)"}
+        hint = hints.get(sig, "")
         return {"error": f"the grading process was killed by {name}{hint}", "kind": "killed"}
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
     return {"error": f"the grading process exited with status {code} without an answer "

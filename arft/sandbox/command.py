@@ -14,7 +14,7 @@ import signal
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict, cast
 
 from arft.sandbox.limits import SandboxLimits
 
@@ -90,7 +90,18 @@ def warn_if_degraded(isolation: Sequence[str]) -> None:
                           f"({layer.split(': ', 1)[1]})", RuntimeWarning, stacklevel=3)
 
 
-def read_report(fd: int) -> dict[str, Any]:
+class LaunchReport(TypedDict, total=False):
+    """The launcher's report lines merged (``launcher/report.py`` and ``process_tree`` send them)."""
+
+    isolation: list[str]
+    error: str
+    exit: int
+    signal: int
+    command_exit: int
+    command_signal: int
+
+
+def read_report(fd: int) -> LaunchReport:
     """Merge the launcher's JSON lines (isolation, error, exit/signal) into one dict."""
     os.set_blocking(fd, False)
     data = b""
@@ -108,4 +119,4 @@ def read_report(fd: int) -> dict[str, Any]:
             merged.update(json.loads(line))
         except json.JSONDecodeError:
             continue
-    return merged
+    return cast(LaunchReport, merged)  # the keys the launcher sends

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from arft.errors import ArftError
 
-class SandboxError(RuntimeError):
+
+class SandboxError(ArftError):
     """The sandbox could not be started at all (bad arguments, missing workspace)."""
 
 

@@ -90,7 +90,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from arft.sandbox.capture import READ_CHUNK, OutputCapture
-from arft.sandbox.command import kill_sandbox, read_report, sandbox_command, warn_if_degraded
+from arft.sandbox.command import LaunchReport, kill_sandbox, read_report, sandbox_command, warn_if_degraded
 from arft.sandbox.limits import SandboxError, SandboxLimits
 from arft.sandbox.python_env import default_hidden
 
@@ -175,7 +175,7 @@ def _checked_workspace(argv: list[str], workspace: Path) -> Path:
     return workspace
 
 
-async def _run_to_end(transport: Any, protocol: _ExitAwareProtocol,
+async def _run_to_end(transport: asyncio.SubprocessTransport, protocol: _ExitAwareProtocol,
                       proc: asyncio.subprocess.Process, stdin: str | None, out: OutputCapture,
                       err: OutputCapture, timeout_s: float) -> bool:
     """Feed stdin and capture the output until the launcher exits (killed at ``timeout_s``);
@@ -193,7 +193,7 @@ async def _run_to_end(transport: Any, protocol: _ExitAwareProtocol,
     return timed_out
 
 
-def _result(returncode: int | None, report: dict[str, Any], out: OutputCapture, err: OutputCapture,
+def _result(returncode: int | None, report: LaunchReport, out: OutputCapture, err: OutputCapture,
             timed_out: bool, duration_s: float) -> SandboxResult:
     # The command's own status (from the sandbox's init) wins over the launcher's.
     if timed_out:
@@ -282,8 +282,8 @@ async def _wait_exit(protocol: _ExitAwareProtocol, pid: int, timeout_s: float) -
         return True
 
 
-async def _finish(transport: Any, protocol: _ExitAwareProtocol,
-                  readers: list[asyncio.Future[None]]) -> None:
+async def _finish(transport: asyncio.SubprocessTransport, protocol: _ExitAwareProtocol,
+                  readers: Sequence[asyncio.Future[None]]) -> None:
     """After the launcher exited: let the readers reach end of file, then drop the pipes."""
     await protocol.exited
     # Every writer is dead by now (the group was killed), unless one escaped it: bound the wait.

@@ -119,7 +119,7 @@ def parse_answer(payload: bytes | str) -> CallResult:
     return CallResult(answer.get("kind", "crashed"), error=answer.get("error", "no answer"))
 
 
-def encode_args(args: tuple[Any, ...]) -> bytes | CallResult:
+def encode_args(args: tuple[object, ...]) -> bytes | CallResult:
     """The call's arguments as JSON, or the ``bad_input`` result when they are not JSON."""
     try:
         return json.dumps(list(args)).encode()

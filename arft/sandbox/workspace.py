@@ -19,10 +19,14 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
+from arft.errors import ArftError
+
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class WorkspaceError(ValueError):
+# ValueError too: the doctor's baseline (arft.app.doctor.run) reports a ValueError from the run it
+# starts (a workspace template that is not a folder) as a failed check.
+class WorkspaceError(ArftError, ValueError):
     """A workspace cannot be created (bad template, bad id, already exists)."""
 
 
@@ -87,7 +91,7 @@ def remove_workspace(path: Path) -> None:
     shutil.rmtree(path, onerror=_make_writable_and_retry)
 
 
-def _make_writable_and_retry(_func: Callable[..., Any], failed: str, _exc: Any) -> None:
+def _make_writable_and_retry(_func: Callable[..., object], failed: str, _exc: object) -> None:
     """rmtree's error hook: give the owner rwx on the parent and the entry, then delete it."""
     for p in (os.path.dirname(failed), failed):
         try:

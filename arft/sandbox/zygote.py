@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from arft.sandbox.command import kill_sandbox, sandbox_command, warn_if_degraded
 from arft.sandbox.python_call import (STDERR_TAIL_CHARS, WORKER, CallResult, SandboxedFunction,
@@ -92,7 +92,7 @@ class Zygote:
             os.close(report_w)
         return report_file
 
-    async def _handshake(self, report_file: Any) -> dict[str, Any]:
+    async def _handshake(self, report_file: BinaryIO) -> dict[str, Any]:
         """Read the launcher's isolation report (closing the pipe), send the worker its hello,
         and return the worker's answer (``{"ready": true}`` or the error loading the source)."""
         timeout = self.fn.limits.timeout_s + _GRACE_S
@@ -200,7 +200,7 @@ class Zygote:
             self.workspace = None
 
 
-async def _first_report(pipe: Any) -> dict[str, Any]:
+async def _first_report(pipe: BinaryIO) -> dict[str, Any]:
     """The launcher's first report line (isolation, or the error that stopped it)."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()

@@ -6,6 +6,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from arft.errors import ArftError
+
+
+# ValueError too: the doctor's baseline (arft.app.doctor.run) reports a ValueError from the run it
+# starts as a tool that does not start; a python tool's bad reference is tested as ValueError.
+class ToolSetupError(ArftError, ValueError):
+    """A tool spec that cannot be turned into a tool (a bad reference, URL or schema, two tools
+    with one name); the message says which and why."""
+
 
 @dataclass(frozen=True)
 class ToolContext:
@@ -55,7 +64,7 @@ class Tool(Protocol):
     async def aclose(self) -> None: ...
 
 
-def function_tool_schema(name: str, description: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
+def function_tool_schema(name: str, description: str, parameters: dict[str, object] | None) -> dict[str, Any]:
     """A completions-format tool schema (``parameters`` default: an object with no properties)."""
     return {"type": "function", "function": {
         "name": name, "description": description,

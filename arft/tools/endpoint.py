@@ -28,7 +28,7 @@ from arft.config import EndpointToolSpec
 from arft.http import (BadAnswer, Exhausted, Rejected, TooLarge, is_http_url, json_client,
                        retrying_post)
 from arft.secrets import resolve, resolve_map
-from arft.tools.base import ToolContext, ToolOutcome, function_tool_schema
+from arft.tools.base import ToolContext, ToolOutcome, ToolSetupError, function_tool_schema
 
 MAX_BYTES = 1 << 20
 """The hosted contract's 1 MB limit on a request body and on a response body."""
@@ -42,12 +42,12 @@ class EndpointTool:
     def __init__(self, spec: EndpointToolSpec, backoff_s: float = 0.2) -> None:
         """``backoff_s`` is the wait before the first retry; each later retry waits twice as long.
 
-        Raises ValueError when ``spec.server_url`` is not an http(s) URL, and ``SecretError``
-        (a ValueError) when a ``${ENV_VAR}`` its headers or signing secret name is unset.
+        Raises ``ToolSetupError`` when ``spec.server_url`` is not an http(s) URL, and ``SecretError``
+        when a ``${ENV_VAR}`` its headers or signing secret name is unset.
         """
         if not is_http_url(spec.server_url):
-            raise ValueError(f"endpoint tool '{spec.name}': server_url {spec.server_url!r} is not "
-                             "an http(s) URL; write it like https://host:port/path")
+            raise ToolSetupError(f"endpoint tool '{spec.name}': server_url {spec.server_url!r} is not "
+                                 "an http(s) URL; write it like https://host:port/path")
         where = f"endpoint tool '{spec.name}'"
         self._spec = spec
         self._backoff_s = backoff_s
@@ -103,7 +103,7 @@ class EndpointTool:
         return ToolOutcome(output=answer.value, http_status=answer.status)
 
 
-def _output(call_id: str, answer: dict[str, Any]) -> str:
+def _output(call_id: str, answer: dict[str, object]) -> str:
     """The ``output`` text of a ``function_call_output`` answer; BadAnswer when it is garbage."""
     if "output" not in answer:
         raise BadAnswer(f"answer has no 'output' (keys: {sorted(answer)})")

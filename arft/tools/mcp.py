@@ -19,17 +19,23 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arft.config import McpToolSpec
+from arft.errors import ArftError
 from arft.secrets import resolve_map
+from arft.records import json_object
 from arft.tools.base import ToolContext, ToolOutcome
+
+if TYPE_CHECKING:  # mcp imports lazily
+    from mcp import Client
+    from mcp_types import CallToolResult, Tool
 
 _NAME_BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_PAGES = 100  # a server whose tools/list never ends must not hang the job
 
 
-class McpServerError(RuntimeError):
+class McpServerError(ArftError):
     """The MCP server could not be started or listed; the message says what to check."""
 
 
@@ -57,7 +63,7 @@ class McpServer:
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
-        ready: asyncio.Future[list[Any]] = loop.create_future()
+        ready: asyncio.Future[list[Tool]] = loop.create_future()
         self._task = asyncio.create_task(self._serve(ready), name=f"mcp:{self.label}")
         try:
             listing = await asyncio.wait_for(asyncio.shield(ready), self.spec.timeout_s)
@@ -71,7 +77,7 @@ class McpServer:
             await self.aclose()
             raise
 
-    async def _serve(self, ready: asyncio.Future[list[Any]]) -> None:
+    async def _serve(self, ready: "asyncio.Future[list[Tool]]") -> None:
         """Own the session: open it, list the tools, then wait until ``aclose``."""
         from mcp import Client, StdioServerParameters
 
@@ -97,7 +103,7 @@ class McpServer:
             self._client = None
             self._dead = self._dead or "closed"
 
-    async def call_tool(self, remote_name: str, arguments: dict[str, Any],
+    async def call_tool(self, remote_name: str, arguments: dict[str, object],
                         trace_id: str | None = None) -> ToolOutcome:
         """Call one of the server's tools by its own (unprefixed) name.
 
@@ -161,14 +167,14 @@ class McpServer:
 class McpTool:
     """One tool of an MCP server (the Tool protocol)."""
 
-    def __init__(self, server: McpServer, remote_name: str, schema: dict[str, Any]) -> None:
+    def __init__(self, server: McpServer, remote_name: str, schema: dict[str, object]) -> None:
         self._server = server
         self.remote_name = remote_name
         self._schema = schema
 
     @property
     def name(self) -> str:
-        return str(self._schema["function"]["name"])
+        return str(json_object(self._schema["function"])["name"])
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -200,8 +206,8 @@ async def open_mcp_server(spec: McpToolSpec) -> McpServer:
     return server
 
 
-async def _list_tools(client: Any) -> list[Any]:
-    tools: list[Any] = []
+async def _list_tools(client: "Client") -> "list[Tool]":
+    tools: list[Tool] = []
     cursor = None
     for _ in range(_MAX_PAGES):
         page = await client.list_tools(cursor=cursor)
@@ -212,7 +218,7 @@ async def _list_tools(client: Any) -> list[Any]:
     return tools
 
 
-def _make_tools(server: McpServer, listing: list[Any]) -> list[McpTool]:
+def _make_tools(server: McpServer, listing: "list[Tool]") -> list[McpTool]:
     spec = server.spec
     offered = [t.name for t in listing]
     if spec.include is not None:
@@ -235,7 +241,7 @@ def _make_tools(server: McpServer, listing: list[Any]) -> list[McpTool]:
     return tools
 
 
-def to_completions_schema(tool: Any, prefix: str = "") -> dict[str, Any]:
+def to_completions_schema(tool: "Tool", prefix: str = "") -> dict[str, Any]:
     """An MCP tool (name, description, inputSchema) as a completions function schema."""
     name = _NAME_BAD_CHARS.sub("_", prefix + tool.name)[:64]
     params = {k: v for k, v in dict(tool.input_schema or {}).items() if k not in ("$schema", "title")}
@@ -246,22 +252,23 @@ def to_completions_schema(tool: Any, prefix: str = "") -> dict[str, Any]:
             "function": {"name": name, "description": description, "parameters": params}}
 
 
-def content_text(result: Any) -> str:
+def content_text(result: "CallToolResult") -> str:
     """The text of a CallToolResult: text blocks joined; other blocks as short placeholders."""
+    from mcp_types import AudioContent, EmbeddedResource, ImageContent, ResourceLink, TextContent
+
     parts = []
     for block in result.content:
-        kind = getattr(block, "type", "")
-        if kind == "text":
+        if isinstance(block, TextContent):
             parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {block.mime_type}]")
-        elif kind == "resource":
+        elif isinstance(block, ImageContent | AudioContent):
+            parts.append(f"[{block.type}: {block.mime_type}]")
+        elif isinstance(block, EmbeddedResource):
             text = getattr(block.resource, "text", None)
             parts.append(text if text is not None else f"[resource {block.resource.uri}]")
-        elif kind == "resource_link":
+        elif isinstance(block, ResourceLink):
             parts.append(f"[resource link {block.uri}]")
-        else:
-            parts.append(f"[{kind or 'unknown'} content]")
+        else:  # a block type newer than this code
+            parts.append(f"[{getattr(block, 'type', '') or 'unknown'} content]")
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content))
     return "\n".join(parts)

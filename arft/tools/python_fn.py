@@ -14,13 +14,14 @@ import inspect
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from arft.config import PythonToolSpec
 from arft.pyfile import NotAPythonFile, load_file
-from arft.tools.base import ToolContext, ToolOutcome
+from arft.records import json_list, json_object
+from arft.tools.base import ToolContext, ToolOutcome, ToolSetupError
 from arft.tools.schema import function_schema
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,11 @@ class PythonTool:
     """A Python callable behind the ``Tool`` protocol."""
 
     def __init__(self, spec: PythonToolSpec, base_dir: Path, *,
-                 fn: Callable[..., Any] | None = None) -> None:
+                 fn: Callable[..., object] | None = None) -> None:
         """Load ``spec.function`` (relative paths against ``base_dir``).
 
         ``fn``, when given, is used instead of importing ``spec.function`` (see ``from_function``).
-        Raises ValueError when the reference cannot be loaded; the message says what to fix.
+        Raises ``ToolSetupError`` when the reference cannot be loaded; the message says what to fix.
         """
         self._spec = spec
         self._fn = fn if fn is not None else load_function(spec.function, base_dir)
@@ -47,7 +48,7 @@ class PythonTool:
         # a "ctx" key gets an unknown-parameter error rather than overriding the context.
         self._model_signature = self._signature.replace(parameters=[
             p for p in self._signature.parameters.values() if p.name != CTX_PARAM])
-        self._name = spec.name or getattr(self._fn, "__name__", type(self._fn).__name__)
+        self._name = spec.name or str(getattr(self._fn, "__name__", type(self._fn).__name__))
         self._schema = function_schema(self._fn, name=self._name, description=spec.description,
                                        skip=(CTX_PARAM,))
         if spec.parameters is not None:
@@ -55,7 +56,7 @@ class PythonTool:
         self._is_async = _is_async(self._fn)
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], name: str | None = None,
+    def from_function(cls, fn: Callable[..., object], name: str | None = None,
                       timeout_s: float = 30.0, description: str | None = None) -> PythonTool:
         """A tool from a function object already in hand (tests, notebooks, library use)."""
         ref = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
@@ -94,9 +95,9 @@ class PythonTool:
             return _error(f"Error: {type(e).__name__}: {e}", f"{type(e).__name__}: {e}")
         return ToolOutcome(output=_as_text(result))
 
-    async def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def _run(self, args: tuple[object, ...], kwargs: dict[str, object]) -> Any:
         if self._is_async:
-            result = await self._fn(*args, **kwargs)
+            result = await cast(Awaitable[object], self._fn(*args, **kwargs))  # a coroutine function
         else:
             result = await asyncio.to_thread(self._fn, *args, **kwargs)
         if inspect.isawaitable(result):  # e.g. a sync wrapper that returns a coroutine
@@ -121,28 +122,28 @@ class PythonTool:
                           f"Expected parameters: {self._expected()}", f"bad arguments: {e}")
         return bound.args, dict(bound.kwargs)
 
-    def _checked_parameters(self, schema: dict[str, Any]) -> dict[str, Any]:
+    def _checked_parameters(self, schema: dict[str, object]) -> dict[str, Any]:
         """The job's ``parameters`` override, checked against the function's signature.
 
-        Raises ValueError naming the tool and what does not match: a property the function does
+        Raises ``ToolSetupError`` naming the tool and what does not match: a property the function does
         not take, or a parameter without a default that the schema does not require.
         """
         where = f"python tool '{self._name}' ({self._spec.function}): its 'parameters'"
         if schema.get("type", "object") != "object" or not isinstance(
                 schema.get("properties", {}), dict):
-            raise ValueError(f"{where} must be a JSON schema of type 'object' with 'properties'")
+            raise ToolSetupError(f"{where} must be a JSON schema of type 'object' with 'properties'")
         params = {p.name: p for p in self._model_signature.parameters.values()
                   if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
         takes_any = any(p.kind == p.VAR_KEYWORD for p in self._model_signature.parameters.values())
-        unknown = sorted(set(schema.get("properties", {})) - set(params))
+        unknown = sorted(set(json_object(schema.get("properties"))) - set(params))
         if unknown and not takes_any:
-            raise ValueError(f"{where} name {', '.join(map(repr, unknown))}, which the function "
-                             f"does not take; it takes: {self._expected()}")
-        required = set(schema.get("required", []))
+            raise ToolSetupError(f"{where} name {', '.join(map(repr, unknown))}, which the function "
+                                 f"does not take; it takes: {self._expected()}")
+        required = set(json_list(schema.get("required")))
         missing = sorted(n for n, p in params.items() if p.default is p.empty and n not in required)
         if missing:
-            raise ValueError(f"{where} must require {', '.join(map(repr, missing))} (no default "
-                             "in the function); add them to 'required'")
+            raise ToolSetupError(f"{where} must require {', '.join(map(repr, missing))} (no default "
+                                 "in the function); add them to 'required'")
         return {"type": "object", **schema}
 
     def _expected(self) -> str:
@@ -160,24 +161,24 @@ class PythonTool:
 def load_function(ref: str, base_dir: Path) -> Callable[..., Any]:
     """Import ``package.module:attr`` or ``file.py:attr`` (relative to ``base_dir``).
 
-    ``attr`` may be dotted (``Class.method``). Raises ValueError naming the reference and the fix.
+    ``attr`` may be dotted (``Class.method``). Raises ``ToolSetupError`` naming the reference and the fix.
     """
     target, sep, attr = ref.rpartition(":")
     if not sep or not target or not attr:
-        raise ValueError(f"python tool function '{ref}': write it as 'package.module:function' "
-                         "or 'path/to/file.py:function'")
+        raise ToolSetupError(f"python tool function '{ref}': write it as 'package.module:function' "
+                             "or 'path/to/file.py:function'")
     is_file = target.endswith(".py") or "/" in target or "\\" in target
     module = _import_file(ref, target, base_dir) if is_file else _import_module(ref, target)
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             names = sorted(n for n in dir(module) if not n.startswith("_"))
-            raise ValueError(f"python tool function '{ref}': '{target}' has no attribute "
-                             f"'{attr}'; it defines: {', '.join(names) or 'nothing public'}")
+            raise ToolSetupError(f"python tool function '{ref}': '{target}' has no attribute "
+                                 f"'{attr}'; it defines: {', '.join(names) or 'nothing public'}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(f"python tool function '{ref}': '{attr}' is not callable (it is "
-                         f"of type {type(obj).__name__}); point at a function")
+        raise ToolSetupError(f"python tool function '{ref}': '{attr}' is not callable (it is "
+                             f"of type {type(obj).__name__}); point at a function")
     return obj
 
 
@@ -185,40 +186,40 @@ def _import_module(ref: str, name: str) -> Any:
     try:
         return importlib.import_module(name)
     except Exception as e:
-        raise ValueError(f"python tool function '{ref}': cannot import module '{name}' "
-                         f"({type(e).__name__}: {e}); install it or put it on PYTHONPATH, or "
-                         "use 'path/to/file.py:function'") from e
+        raise ToolSetupError(f"python tool function '{ref}': cannot import module '{name}' "
+                             f"({type(e).__name__}: {e}); install it or put it on PYTHONPATH, or "
+                             "use 'path/to/file.py:function'") from e
 
 
 def _import_file(ref: str, target: str, base_dir: Path) -> Any:
     path = Path(target).expanduser()
     path = (path if path.is_absolute() else Path(base_dir) / path).resolve()
     if not path.is_file():
-        raise ValueError(f"python tool function '{ref}': file {path} not found (relative paths "
-                         f"are resolved against the job file's folder {Path(base_dir).resolve()})")
+        raise ToolSetupError(f"python tool function '{ref}': file {path} not found (relative paths "
+                             f"are resolved against the job file's folder {Path(base_dir).resolve()})")
     # A unique module name: two jobs (or two tools) may load different files called tools.py.
     name = f"arft_tool_{path.stem}_{uuid.uuid4().hex[:8]}"
     try:
         return load_file(path, name)
     except NotAPythonFile as e:
-        raise ValueError(f"python tool function '{ref}': {path} is not an importable Python file") from e
+        raise ToolSetupError(f"python tool function '{ref}': {path} is not an importable Python file") from e
     except Exception as e:
-        raise ValueError(f"python tool function '{ref}': importing {path} failed "
-                         f"({type(e).__name__}: {e}); fix the file") from e
+        raise ToolSetupError(f"python tool function '{ref}': importing {path} failed "
+                             f"({type(e).__name__}: {e}); fix the file") from e
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+def _is_async(fn: Callable[..., object]) -> bool:
     call = getattr(fn, "__call__", None)
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
-def _type_name(annotation: Any) -> str:
+def _type_name(annotation: object) -> str:
     if isinstance(annotation, str):
         return annotation
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: object) -> str:
     """What the model sees: a str as is, anything else as JSON (``str()`` for the unencodable)."""
     if isinstance(value, str):
         return value

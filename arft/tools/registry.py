@@ -7,15 +7,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from arft.config import EndpointToolSpec, McpToolSpec, PythonToolSpec, ShellToolSpec
-from arft.tools.base import Tool
+from arft.tools.base import Tool, ToolSetupError
 from arft.tools.endpoint import EndpointTool
 from arft.tools.mcp import open_mcp_server
 from arft.tools.python_fn import PythonTool
 from arft.tools.shell import ShellTool
-
-
-class ToolSetupError(ValueError):
-    """A tool spec that cannot be turned into a tool; the message says which and why."""
 
 
 @dataclass
@@ -39,7 +35,7 @@ class Toolbox:
             await closer.aclose()
 
 
-async def open_toolbox(specs: Sequence[Any], base_dir: Path) -> Toolbox:
+async def open_toolbox(specs: Sequence[object], base_dir: Path) -> Toolbox:
     """Build every tool of the job (starting MCP servers); close with ``Toolbox.aclose``."""
     box = Toolbox()
     try:
@@ -51,7 +47,7 @@ async def open_toolbox(specs: Sequence[Any], base_dir: Path) -> Toolbox:
     return box
 
 
-async def _add_spec(box: Toolbox, spec: Any, base_dir: Path) -> None:
+async def _add_spec(box: Toolbox, spec: object, base_dir: Path) -> None:
     if isinstance(spec, EndpointToolSpec):
         box.add(EndpointTool(spec))
     elif isinstance(spec, PythonToolSpec):

@@ -33,7 +33,7 @@ _SPHINX_RE = re.compile(r"^:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
-def function_schema(fn: Callable[..., Any], name: str | None = None,
+def function_schema(fn: Callable[..., object], name: str | None = None,
                     description: str | None = None,
                     skip: Sequence[str] = ("ctx",)) -> dict[str, Any]:
     """``{"type": "function", "function": {"name", "description", "parameters"}}`` for ``fn``.
@@ -70,7 +70,7 @@ def function_schema(fn: Callable[..., Any], name: str | None = None,
     }}
 
 
-def type_schema(tp: Any) -> dict[str, Any]:
+def type_schema(tp: object) -> dict[str, Any]:
     """JSON Schema of one type hint; ``{}`` (no constraint) for anything it cannot express."""
     if tp is inspect.Parameter.empty or tp is Any or isinstance(tp, (str, typing.ForwardRef)):
         return {}  # unannotated, or a forward reference that did not resolve
@@ -94,7 +94,7 @@ def type_schema(tp: Any) -> dict[str, Any]:
     return _container_schema(origin or tp, args)
 
 
-def _constraints(tp: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+def _constraints(tp: object, args: tuple[object, ...]) -> dict[str, Any]:
     """The JSON-schema bounds of ``Annotated[str|int|float, Field(max_length=..., ge=...)]``
     (pydantic ``Field`` or ``annotated_types`` metadata), as pydantic writes them: ``maxLength``,
     ``minimum``, ``pattern``, ... A constrained tool call is then held to them too."""
@@ -102,11 +102,12 @@ def _constraints(tp: Any, args: tuple[Any, ...]) -> dict[str, Any]:
         return {}
     from pydantic import TypeAdapter
 
-    schema = TypeAdapter(tp).json_schema()  # pydantic ignores the plain-string notes
+    # pydantic ignores the plain-string notes; `tp` is a type form (Annotated[...]), which mypy cannot name yet
+    schema = TypeAdapter(tp).json_schema()  # type: ignore[arg-type]
     return {k: v for k, v in schema.items() if k not in ("type", "title", "description")}
 
 
-def _container_schema(origin: Any, args: tuple[Any, ...]) -> dict[str, Any]:
+def _container_schema(origin: object, args: tuple[object, ...]) -> dict[str, Any]:
     """Arrays and objects: ``list[X]``, ``tuple[X, ...]``, ``tuple[X, Y]``, ``dict[str, X]``."""
     if not isinstance(origin, type):
         return {}
@@ -128,7 +129,7 @@ def _container_schema(origin: Any, args: tuple[Any, ...]) -> dict[str, Any]:
     return {}
 
 
-def _enum_schema(values: list[Any]) -> dict[str, Any]:
+def _enum_schema(values: list[object]) -> dict[str, Any]:
     schema: dict[str, Any] = {"enum": values}
     kinds = {_SIMPLE.get(type(v)) for v in values}
     if len(kinds) == 1 and None not in kinds:
@@ -136,7 +137,7 @@ def _enum_schema(values: list[Any]) -> dict[str, Any]:
     return schema
 
 
-def _union_schema(args: tuple[Any, ...]) -> dict[str, Any]:
+def _union_schema(args: tuple[object, ...]) -> dict[str, Any]:
     """``X | None`` becomes X's schema with ``null`` allowed; other unions become ``anyOf``."""
     non_null = [a for a in args if a is not type(None)]
     nullable = len(non_null) < len(args)
@@ -154,7 +155,7 @@ def _union_schema(args: tuple[Any, ...]) -> dict[str, Any]:
     return {} if any(not o for o in options) else {"anyOf": options}
 
 
-def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+def _type_hints(fn: Callable[..., object]) -> dict[str, Any]:
     """Resolved hints (string annotations included); ``{}`` when they cannot be resolved."""
     target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
     try:
@@ -171,7 +172,7 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     return hints
 
 
-def _json_safe(value: Any) -> bool:
+def _json_safe(value: object) -> bool:
     try:
         json.dumps(value)
     except (TypeError, ValueError):

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from pydantic import ValidationError
 
+from arft.errors import ArftError
 from arft.records import Rollout
+from arft.tracing.rows import MetricRow, RunRow
 from arft.secrets import redact
 
 STORE_FORMAT = "arft-run-store"
@@ -102,7 +103,7 @@ CREATE INDEX metrics_run ON metrics (run_id, step);
 """
 
 
-class StoreError(RuntimeError):
+class StoreError(ArftError):
     """A run store could not be opened or written as asked."""
 
 
@@ -236,7 +237,7 @@ class RunStore:
                 raise
             cur.execute("COMMIT")
 
-    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
             cur = self._conn.cursor()
             cur.row_factory = sqlite3.Row
@@ -244,7 +245,7 @@ class RunStore:
 
     # -- runs ------------------------------------------------------------------------------
 
-    def create_run(self, run_id: str, kind: str, job: dict[str, Any]) -> None:
+    def create_run(self, run_id: str, kind: str, job: dict[str, object]) -> None:
         """Record a new run (``kind``: "eval", "train", ...) and its job spec; status "running".
 
         The job is stored redacted (``arft.secrets.redact``): header values and secret-looking
@@ -275,11 +276,12 @@ class RunStore:
                 raise KeyError(f"no run {run_id!r} in {self.path}; create it with "
                                "RunStore.create_run() first (RunStore.runs() lists the runs)")
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[RunRow]:
         """Every run, oldest first: run_id, kind, created_at, finished_at, job (dict), status."""
         rows = self._query("SELECT run_id, kind, created_at, finished_at, job, status "
                            "FROM runs ORDER BY rowid")
-        return [{**dict(r), "job": json.loads(r["job"])} for r in rows]
+        return [RunRow(run_id=r["run_id"], kind=r["kind"], created_at=r["created_at"], finished_at=r["finished_at"],
+                       job=json.loads(r["job"]), status=r["status"]) for r in rows]
 
     # -- rollouts --------------------------------------------------------------------------
 
@@ -359,13 +361,14 @@ class RunStore:
             raise StoreError(f"cannot add metrics to unknown run {run_id!r} in {self.path}; "
                              "create it with RunStore.create_run() first") from exc
 
-    def metrics(self, run_id: str) -> list[dict[str, Any]]:
+    def metrics(self, run_id: str) -> list[MetricRow]:
         """A run's metric rows by step then insertion: run_id, step, name, value, trace_id,
         created_at. SQLite stores NaN as NULL; it is read back as ``nan``, never as 0."""
         rows = self._query("SELECT run_id, step, name, value, trace_id, created_at FROM metrics "
                            "WHERE run_id = ? ORDER BY step, id", (run_id,))
-        return [{**dict(r), "value": math.nan if r["value"] is None else r["value"]}
-                for r in rows]
+        return [MetricRow(run_id=r["run_id"], step=r["step"], name=r["name"],
+                          value=math.nan if r["value"] is None else r["value"], trace_id=r["trace_id"],
+                          created_at=r["created_at"]) for r in rows]
 
     # -- resume ----------------------------------------------------------------------------
 

@@ -1,16 +1,24 @@
-"""Group-relative advantages (GRPO-style): pure functions of the rewards of one group.
+"""Group-relative advantages (GRPO-style) and the reward shaping before them: pure functions.
 
 A group is the rollouts of one task. Advantage = reward − group mean, optionally divided by the
 group's standard deviation. A group whose rewards do not vary teaches nothing and is dropped
 (``None``); rollouts whose reward is missing or not finite are left out of the statistics and get
 no advantage (``None`` in their slot) — never a made-up zero.
+
+The reward a rollout trains on is its task reward minus its tool-call budget penalty
+(``budget_penalty_of``, from ``arft.budget``); ``batch_advantages`` shapes a whole batch, group by
+group, and reports the batch's reward metrics.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
+
+from arft.budget import budget_penalty, usage
+from arft.config import BudgetSpec
+from arft.records import Rollout
 
 
 _FLOAT_MAX = 1.7976931348623157e308
@@ -47,3 +55,50 @@ def group_advantages(rewards: Sequence[float | None], normalize_std: bool = True
         adv = c / (std + eps / scale) if normalize_std else c * scale
         out[i] = max(min(adv, _FLOAT_MAX), -_FLOAT_MAX)
     return GroupAdvantages(tuple(out), False)
+
+
+# ----------------------------------------------------------------- reward shaping of a batch
+
+
+def budget_penalty_of(rollout: Rollout, budget: BudgetSpec) -> float:
+    """The budget penalty of ``rollout``'s tool use (reported apart from its task reward)."""
+    used = usage(rollout.tool_calls, budget.unit, costs=budget.tool_costs)
+    return budget_penalty(used, budget.soft_limit, budget.penalty, budget.kind)
+
+
+def shaped_group_advantages(group: Sequence[Rollout], penalties: Sequence[float],
+                            normalize_std: bool = True) -> GroupAdvantages:
+    """Advantages of one group from its training rewards (task reward − budget penalty); a
+    rollout without a reward (infrastructure or grader failure) gets none: no fake zero."""
+    rewards = [None if r.reward is None else r.reward - p for r, p in zip(group, penalties, strict=True)]
+    return group_advantages(rewards, normalize_std)
+
+
+class BatchAdvantages(NamedTuple):
+    """The advantage of every rollout of a batch (``None``: it does not train) and the reward
+    metrics of the batch."""
+
+    values: list[float | None]
+    metrics: dict[str, float]
+
+
+def batch_advantages(rollouts: Sequence[Rollout], group_size: int, budget: BudgetSpec,
+                     normalize_std: bool = True) -> BatchAdvantages:
+    """Advantages for every rollout (groups of ``group_size`` in order) and reward metrics:
+    groups dropped, groups, and the mean task reward and budget penalty of the graded rollouts."""
+    values: list[float | None] = []
+    dropped = 0
+    penalties = [budget_penalty_of(r, budget) for r in rollouts]
+    for g in range(0, len(rollouts), group_size):
+        adv = shaped_group_advantages(rollouts[g:g + group_size], penalties[g:g + group_size], normalize_std)
+        dropped += adv.dropped
+        values.extend(adv.values)
+    graded = [(r.reward, p) for r, p in zip(rollouts, penalties) if r.reward is not None]
+    n_groups = math.ceil(len(rollouts) / group_size)
+    return BatchAdvantages(values, {"train/groups_dropped": float(dropped), "train/groups": float(n_groups),
+                                    "train/task_reward_mean": _mean([reward for reward, _ in graded]),
+                                    "train/budget_penalty_mean": _mean([p for _, p in graded])})
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")

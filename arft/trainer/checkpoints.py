@@ -2,8 +2,8 @@
 
 ``RUN_DIR/checkpoints/step-000005/`` holds the trainable weights (``trainable.safetensors``:
 the LoRA adapter, or the whole model), the optimizer and scheduler (``learner.pt``), the RNG
-states and the data cursor (``state.json`` + ``rng.pt``). ``RUN_DIR/checkpoints/latest`` names
-the newest complete one.
+states and the data cursor (``state.json`` + ``rng.pt``; the cursor is ``arft.data.order``'s).
+``RUN_DIR/checkpoints/latest`` names the newest complete one.
 
 A checkpoint is written into ``.tmp-step-000005/``, every file fsynced, then renamed to
 ``step-000005/`` (and the folder fsynced) and only then made ``latest`` (``write_durably``). A
@@ -19,43 +19,35 @@ import os
 import random
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
+from arft.errors import ArftError
 from arft.tracing.run_dir import RunDir, checkpoint_step, fsync_dir, write_durably
 
-
-class CheckpointError(OSError):
-    """A checkpoint could not be written (disk full, permissions); the previous one is intact."""
-
-
-@dataclass
-class Cursor:
-    """Where the run is: the next step to run and the position in the shuffled training set."""
-
-    step: int = 0
-    epoch: int = 0
-    index: int = 0
+if TYPE_CHECKING:
+    from arft.trainer.learner import Learner
 
 
-def batch_for(cursor: Cursor, n_tasks: int, batch_size: int, seed: int) -> tuple[list[int], Cursor]:
-    """Task indices of the next batch and the cursor after it (epochs reshuffle; no partial batch
-    unless the whole set is smaller than a batch)."""
-    size = min(batch_size, n_tasks)
-    epoch, index = cursor.epoch, cursor.index
-    if index + size > n_tasks:
-        epoch, index = epoch + 1, 0
-    order = list(range(n_tasks))
-    random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order[index:index + size], Cursor(cursor.step + 1, epoch, index + size)
+# OSError too: it is the failed write's OSError, with its errno (CheckpointError(errno, message)).
+class CheckpointError(ArftError, OSError):
+    """A checkpoint could not be written (disk full, permissions: the previous one is intact), or
+    the one asked for cannot be used (none yet to resume or merge, another model's adapter)."""
 
 
-def steps_per_epoch(n_tasks: int, batch_size: int) -> int:
-    return max(n_tasks // max(batch_size, 1), 1)
+class Position(Protocol):
+    """What a checkpoint records of where the run is (``arft.data.order.Cursor``, which the
+    trainer does not import): a dataclass whose ``step`` names the checkpoint."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    step: int
 
 
-def save_checkpoint(run_dir: Path, cursor: Cursor, learner: Any, extra: dict[str, Any],
+P = TypeVar("P", bound=Position)
+
+
+def save_checkpoint(run_dir: Path, cursor: Position, learner: "Learner", extra: dict[str, object],
                     on_file: Callable[[str], None] = lambda name: None) -> Path:
     """Write checkpoint ``cursor.step`` atomically and point ``latest`` at it.
 
@@ -93,7 +85,7 @@ def save_checkpoint(run_dir: Path, cursor: Cursor, learner: Any, extra: dict[str
     return final
 
 
-def _writers(cursor: Cursor, learner: Any, extra: dict[str, Any]
+def _writers(cursor: Position, learner: "Learner", extra: dict[str, object]
              ) -> list[tuple[str, Callable[[Path], None]]]:
     """The checkpoint's files and how to write each; ``state.json`` last (it marks completeness)."""
     import torch
@@ -125,8 +117,9 @@ def discard_checkpoints_after(run_dir: Path, step: int) -> list[Path]:
     return sorted(gone)
 
 
-def load_checkpoint(path: Path, learner: Any) -> tuple[Cursor, dict[str, Any]]:
-    """Restore weights, optimizer, scheduler and RNG states; returns the cursor and extra state."""
+def load_checkpoint(path: Path, learner: "Learner", cursor_type: type[P]) -> tuple[P, dict[str, Any]]:
+    """Restore weights, optimizer, scheduler and RNG states; returns the cursor (a
+    ``cursor_type``) and the extra state."""
     import torch
     from safetensors.torch import load_file
 
@@ -136,4 +129,4 @@ def load_checkpoint(path: Path, learner: Any) -> tuple[Cursor, dict[str, Any]]:
     torch.set_rng_state(rng["torch"])
     random.setstate(rng["python"])
     state = json.loads((path / "state.json").read_text())
-    return Cursor(**state.pop("cursor")), state
+    return cursor_type(**state.pop("cursor")), state

@@ -11,13 +11,17 @@ import contextlib
 import math
 import warnings
 from dataclasses import asdict
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from arft.config import TrainingSpec, auto
+from arft.config import JobError, TrainingSpec, auto
 from arft.models.loading import bf16_is_fast
 from arft.records import TrainBatch
 from arft.trainer.batching import micro_batches, Tensors
+from arft.trainer.checkpoints import CheckpointError
 from arft.trainer.loss import LossConfig, LossStats, policy_loss, token_logprobs
+
+if TYPE_CHECKING:
+    import torch
 
 
 def wrap_policy(model: Any, spec: TrainingSpec, seed: int) -> Any:
@@ -34,6 +38,15 @@ def wrap_policy(model: Any, spec: TrainingSpec, seed: int) -> Any:
     with warnings.catch_warnings():  # peft calls a transformers API deprecated in v5: not ours
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return get_peft_model(model, config)  # adapters are fp32 (autocast_adapter_dtype)
+
+
+def patched_ops(spec: TrainingSpec) -> frozenset[str]:
+    """The update's fused ops (``arft.cpu.patch``) the spec turns on: the CPU kernels' where
+    ``training.cpu_kernels``, the fused LoRA layer where ``training.fused_lora`` (LoRA only)."""
+    from arft.cpu import patch
+
+    kernels = patch.KERNEL_OPS if spec.cpu_kernels else frozenset()
+    return kernels | ({patch.LORA} if spec.finetune == "lora" and spec.fused_lora else frozenset())
 
 
 def base_learning_rate(spec: TrainingSpec, multiplier: float) -> float:
@@ -53,12 +66,12 @@ class Learner:
         if spec.gradient_checkpointing:
             _enable_checkpointing(policy)
         if spec.finetune == "lora":
-            from arft.cpu.fused_lora import set_fused  # imports torch: not at module load
+            from arft.cpu import patch  # imports torch: not at module load
 
-            set_fused(policy, spec.fused_lora)
+            patch.install(policy, train=True, ops=patched_ops(spec) & {patch.LORA})
         self.params = [p for p in policy.parameters() if p.requires_grad]
         if not self.params:
-            raise ValueError("the policy has no trainable parameters: check training.finetune / lora")
+            raise JobError("the policy has no trainable parameters: check training.finetune / lora")
         self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=spec.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: _lr_factor(step, spec, max(total_steps, 1)))
@@ -157,18 +170,15 @@ class Learner:
         return norm
 
     def _train_mode(self) -> None:
-        """The policy in training mode, its RMSNorms and MLP products fused and its attention's
-        backward on the AMX kernel (``training.cpu_kernels``): again at every update, since a
-        Hugging Face model's ``train()`` re-applies its hub kernels, which puts every norm's own
-        forward back."""
-        from arft.cpu import train_attention
-        from arft.cpu import fused_norm
-        from arft.cpu import fused_ops
+        """The policy in training mode with arft's patches for the update (``arft.cpu.patch``:
+        RMSNorms, MLP products, rotations and attention on the CPU kernels where
+        ``training.cpu_kernels``, LoRA layers fused where ``training.fused_lora``): again at every
+        update, since a Hugging Face model's ``train()`` re-applies its hub kernels, which puts
+        every norm's own forward back."""
+        from arft.cpu import patch
 
         self.policy.train()
-        fused_norm.set_fused(self.policy, self.spec.cpu_kernels)
-        fused_ops.set_fused(self.policy, self.spec.cpu_kernels)
-        train_attention.set_fused(self.policy, self.spec.cpu_kernels)
+        patch.install(self.policy, train=True, ops=patched_ops(self.spec))
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
@@ -181,9 +191,9 @@ class Learner:
     def _logprobs_no_grad(self, mb: Tensors) -> Any:
         import torch
 
-        from arft.cpu.fused_lora import passes  # the update pass's arithmetic, for a ratio of 1
+        from arft.cpu.trainer_pass import TRAINER_PASSES  # the update pass's arithmetic, for a ratio of 1
 
-        with torch.no_grad(), self._autocast(), passes():
+        with torch.no_grad(), self._autocast(), TRAINER_PASSES.on():
             return self._token_logprobs(self.policy, mb, self.loss_cfg.temperature)[0]
 
     def _ref_logprobs(self, mb: Tensors) -> Any:
@@ -210,19 +220,19 @@ class Learner:
             return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.policy).items()}
         return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
 
-    def load_trainable_state(self, state: dict[str, Any]) -> None:
+    def load_trainable_state(self, state: dict[str, "torch.Tensor"]) -> None:
         load_trainable(self.policy, self.spec, state)
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "spec": asdict(self.loss_cfg)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, dict[str, object]]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
 
-def load_trainable(policy: Any, spec: TrainingSpec, state: dict[str, Any]) -> None:
+def load_trainable(policy: Any, spec: TrainingSpec, state: dict[str, "torch.Tensor"]) -> None:
     """Load ``state`` (``Learner.trainable_state``: the adapter, or every weight) into ``policy``."""
     if spec.finetune == "lora":
         from peft import set_peft_model_state_dict
@@ -230,7 +240,7 @@ def load_trainable(policy: Any, spec: TrainingSpec, state: dict[str, Any]) -> No
         result = set_peft_model_state_dict(policy, state)
         unexpected = getattr(result, "unexpected_keys", [])
         if unexpected:
-            raise ValueError(f"checkpoint has adapter keys this model lacks: {unexpected[:3]}")
+            raise CheckpointError(f"checkpoint has adapter keys this model lacks: {unexpected[:3]}")
     else:
         policy.load_state_dict(state)
 

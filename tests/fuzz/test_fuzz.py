@@ -3,7 +3,8 @@
 Each test feeds its target generated inputs, mostly near-valid ones (a valid example with a few
 mutations: a key dropped, a wrong type, a huge or odd string, deep nesting), and holds the rule:
 the input ends in success or in the layer's own arft error with a message — never in another
-exception, never in a hang. ``bench/fuzz.py`` runs the same targets at 10,000 inputs each.
+exception, never in a hang. ``python -m bench run fuzz`` runs the
+same targets (``bench/lib/fuzz``) at 10,000 inputs each.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from typing import Any
 
 from hypothesis import given, settings
 
-from tests.fuzz import examples as ex
-from tests.fuzz import inputs
-from tests.fuzz.targets import Target
+from bench.lib.fuzz import examples as ex
+from bench.lib.fuzz import inputs
+from bench.lib.fuzz.targets import Target
 
 
 def test_every_target_is_fuzzed(fuzz_targets: dict[str, Target]) -> None:

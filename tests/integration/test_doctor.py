@@ -104,3 +104,15 @@ def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
     job = write_job(tmp_path, *good_rows())
     out = CliRunner().invoke(cli, ["doctor", str(job), "--traffic", str(tmp_path / "nope.jsonl")])
     assert out.exit_code == 2 and "nope.jsonl" in out.output
+
+
+def test_cli_says_which_cpu_kernels_run(tmp_path: Path) -> None:
+    """After the table, one line per library of arft's CPU kernels: loaded, or off and why."""
+    from arft.cpu import build, kernels
+
+    out = CliRunner().invoke(cli, ["doctor", str(write_job(tmp_path, *good_rows())), "--no-rollouts"])
+    lines = [line for line in out.output.splitlines() if line.startswith("CPU kernels: ")]
+    assert len(lines) == len(build.LIBRARIES), out.output
+    for line, library in zip(lines, kernels.status()):
+        assert line.startswith(f"CPU kernels: {library.name} (")
+        assert line.endswith(" loaded") if library.reason is None else " off because " in line

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from arft.config import load_job
+from arft.config import engine_as, load_job
 from arft.tracing.store import RunStore
 from tests.integration.test_train import tiny, write_job
 from tests.training import LengthGrader
@@ -91,7 +91,7 @@ async def test_training_on_two_nodes_matches_the_single_process_run(cluster: str
 
 
 def _hooks(statuses: list[str], point: Any = None) -> Any:
-    from arft.app.learning import Hooks
+    from arft.app.session import Hooks
 
     return Hooks(status=statuses.append, point=point or (lambda name, step: None))
 
@@ -195,7 +195,7 @@ async def test_vllm_engine_replicas_on_ray(cluster: str, tmp_path: Path) -> None
     method.reinforcement.hyperparameters = hp
     job = job.model_copy(update={
         "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
-        "engine": job.engine.model_copy(update={"type": "vllm", "sync": "lora", "vllm_python": str(VLLM_PYTHON)}),
+        "engine": engine_as(job.engine, "vllm").model_copy(update={"sync": "lora", "vllm_python": str(VLLM_PYTHON)}),
         "training": job.training.model_copy(update={"max_steps": 2, "group_size": 2, "eval_tasks": 1}),
         "logging": job.logging.model_copy(update={"tensorboard": False})})
     result = await train(on_ray(job, cluster, rollout_workers=1, worker_cpus=1.0), tmp_path / "run")

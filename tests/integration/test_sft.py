@@ -14,11 +14,11 @@ import torch
 from fastapi import FastAPI, Request
 
 from arft.app.evaluate import evaluate
-from arft.app.learning import warm_start
+from arft.app.policy import init_from_run
 from arft.app.sft import SftOptions, sft
 from arft.app.sft_data import load_demonstrations, select
 from arft.app.train import train
-from arft.config import load_job
+from arft.config import OpenAIEngineSpec, load_job
 from arft.data.splits import load_split
 from arft.engines.scripted import ScriptedEngine
 from arft.chat.formats import ChatFormat
@@ -131,7 +131,7 @@ async def test_init_from_starts_training_from_the_warm_start(tmp_path: Path, tok
 
 
 async def test_init_from_refuses_weights_that_do_not_fit(tmp_path: Path, tokenizer: Any) -> None:
-    from arft.app.learning import policy_engine
+    from arft.app.policy import policy_engine
     from arft.trainer.learner import Learner
 
     job = load_job(write_job(tmp_path))
@@ -141,9 +141,9 @@ async def test_init_from_refuses_weights_that_do_not_fit(tmp_path: Path, tokeniz
     policy, _, _ = policy_engine(other, tiny(tokenizer), tokenizer, 1)
     learner = Learner(policy, other.training, 1e-3, 1, 1.0, 0)
     with pytest.raises(ValueError, match="different adapter"):
-        warm_start(learner, other, tmp_path / "warm")
+        init_from_run(learner, other, tmp_path / "warm")
     with pytest.raises(ValueError, match="no checkpoint"):
-        warm_start(learner, other, tmp_path / "nowhere")
+        init_from_run(learner, other, tmp_path / "nowhere")
 
 
 async def test_best_of_k_from_an_eval_run_uses_recorded_tokens(tmp_path: Path, tokenizer: Any) -> None:
@@ -183,7 +183,7 @@ async def test_nothing_left_says_why(tmp_path: Path, tokenizer: Any) -> None:
 
 
 async def test_expert_iteration_samples_keeps_the_best_and_starts_rl_from_it(tmp_path: Path, tokenizer: Any) -> None:
-    from arft.app.warm_start import WarmStart, expert_iteration
+    from arft.app.expert_iteration import WarmStart, expert_iteration
 
     job = load_job(write_job(tmp_path))
     plan = WarmStart(samples=3, tasks=4, sft=SftOptions(epochs=1, batch_size=2, best_of=1, evaluate=False))
@@ -217,8 +217,8 @@ async def test_teacher_behind_an_openai_endpoint_warm_starts_the_student(tmp_pat
 
     job = load_job(write_job(tmp_path))
     with serve(app) as url:
-        teacher = job.model_copy(update={"engine": job.engine.model_copy(update={
-            "type": "openai", "base_url": f"{url}/v1", "served_model": "teacher"})})
+        teacher = job.model_copy(update={"engine": OpenAIEngineSpec(
+            type="openai", base_url=f"{url}/v1", served_model="teacher")})
         await evaluate(teacher, load_split(job, "train"), 1, tmp_path / "teacher", grader=LengthGrader(), split="train")
     demos = load_demonstrations(job, tmp_path / "teacher").demos
     assert len(demos) == 6 and all(not d.token_ids for d in demos)

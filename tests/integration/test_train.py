@@ -115,7 +115,7 @@ async def test_eval_tasks_limit_evals_and_metrics_reach_mlflow(tmp_path: Path, t
 
 
 async def test_async_rollouts_generate_the_next_step_during_the_update(tmp_path: Path, tokenizer: Any) -> None:
-    from arft.app.learning import Hooks
+    from arft.app.session import Hooks
     from arft.tracing.store import RunStore
 
     job = load_job(write_job(tmp_path))

@@ -114,7 +114,7 @@ def test_the_store_writes_the_job_redacted(tmp_path: Path) -> None:
 
 def test_every_component_resolves_its_own_references(monkeypatch: pytest.MonkeyPatch) -> None:
     """Built outside a run (``arft grader audit``, a notebook), each still resolves its fields."""
-    from arft.config import EngineSpec, McpToolSpec
+    from arft.config import McpToolSpec, OpenAIEngineSpec
     from arft.config.builtin_graders import TestsPassSpec
     from arft.config.graders import ScoreModelSpec
     from arft.engines.openai_engine import OpenAIEngine
@@ -125,7 +125,7 @@ def test_every_component_resolves_its_own_references(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setenv("MY_KEY", "key-value-1")
     monkeypatch.delenv("UNSET_KEY", raising=False)
-    engine = OpenAIEngine.from_spec("m", EngineSpec(type="openai", base_url="http://h/v1",
+    engine = OpenAIEngine.from_spec("m", OpenAIEngineSpec(type="openai", base_url="http://h/v1",
                                                     api_key="${MY_KEY}"))
     assert engine._headers == {"Authorization": "Bearer key-value-1"}
     spec = ScoreModelSpec(type="score_model", model="judge", input=[], api_key="${MY_KEY}")

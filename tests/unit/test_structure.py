@@ -1,8 +1,11 @@
-"""The size limits of the package: no file over 400 lines, no function over 50 lines.
+"""The size limits of the package: no function over 50 lines; files over 400 lines only where
+``LONG_FILES`` says why.
 
-Small files and functions keep every module about one concern and every function readable in
-one screen. A function's length is ``end_lineno - lineno + 1`` of its ``def`` (sync or async,
-methods and nested functions included; decorators not counted).
+Small functions keep every function readable in one screen. A function's length is
+``end_lineno - lineno + 1`` of its ``def`` (sync or async, methods and nested functions included;
+decorators not counted). The file limit is a review signal, not a rule to split by: a file is sized
+by its concept, and a cap that picks the seams produces satellite files nobody looks for. A file
+that grows past it is either split along a real seam or listed below with its reason.
 """
 
 from __future__ import annotations
@@ -13,16 +16,23 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "arft"
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 50
+LONG_FILES = {
+    "arft/engines/transformers/engine.py": "the engine's scheduler, its counters and its step loop are one "
+                                           "concept; its helpers already live beside it in the folder",
+    "arft/tracing/store.py": "the run store's schema and every query over it: one SQLite file, one class",
+}
+"""Files allowed over ``MAX_FILE_LINES``, each with the reason (kept short on purpose)."""
 
 
-def oversized(package: Path = PACKAGE) -> list[str]:
-    """Every file and function of ``package`` over the limits, one line each."""
+def oversized(package: Path = PACKAGE, allowed: dict[str, str] = LONG_FILES) -> list[str]:
+    """Every file and function of ``package`` over the limits, one line each (files in ``allowed`` may
+    be long)."""
     found: list[str] = []
     for path in sorted(package.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         name = path.relative_to(package.parent).as_posix()
         n_lines = len(text.splitlines())
-        if n_lines > MAX_FILE_LINES:
+        if n_lines > MAX_FILE_LINES and name not in allowed:
             found.append(f"{name}: {n_lines} lines (max {MAX_FILE_LINES})")
         for node in ast.walk(ast.parse(text, filename=str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -51,3 +61,11 @@ def test_the_check_sees_long_files_and_functions(tmp_path: Path) -> None:
         f"pkg/long_file.py: {MAX_FILE_LINES + 1} lines (max {MAX_FILE_LINES})",
         f"pkg/long_function.py:2 m(): {MAX_FUNCTION_LINES + 1} lines (max {MAX_FUNCTION_LINES})",
     ]
+
+
+def test_every_allowed_long_file_exists_and_is_long() -> None:
+    """The allowlist stays short and true: a listed file that shrank or moved is dropped from it."""
+    for name in LONG_FILES:
+        path = PACKAGE.parent / name
+        assert path.is_file(), f"{name} is in LONG_FILES but does not exist"
+        assert len(path.read_text(encoding="utf-8").splitlines()) > MAX_FILE_LINES, f"{name} is short now"

@@ -1,9 +1,10 @@
 """The Ray actors of a scaled-out run: plain classes, made actors by ``arft.app.cluster.driver``
 (``ray.remote(...)``), so this module imports nothing from Ray and runs in tests as is.
 
-* ``EngineReplica``: a ``TransformersEngine`` over its own copy of the policy (``load`` writes the
-  learner's published weights between two forward passes), or with ``engine.type: vllm`` a vLLM
-  server on the replica's node (``load`` syncs it as a single-process run does). A replica that
+* ``EngineReplica``: ``arft.engines.factory``'s engine for the ``replica`` role: a
+  ``TransformersEngine`` over its own copy of the policy (``load`` writes the learner's published
+  weights between two forward passes, or syncs a merged-LoRA copy), or with ``engine.type: vllm``
+  a vLLM server on the replica's node (``load`` syncs it as a single-process run does). A replica that
   restarts after a crash asks the learner for the latest published weights before it serves.
 * ``RolloutWorker``: the job's tools, grader and a ``RolloutRunner`` whose engine is
   ``RemoteEngine`` (its replica); ``run_one`` runs one whole rollout there, so tool traffic and
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from arft.cpu import threads as cpu_threads
-from arft.config import JobSpec
-from arft.engines.base import EngineError, Generation, SamplingParams
+from arft.config import JobSpec, local_model
+from arft.engines.base import EngineError, Generation, SamplingParams, SyncsWeights, WritesWeights
 from arft.records import Rollout, Task, TrainBatch
 
 RETRIES = 3
@@ -41,8 +42,9 @@ def _load_model(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
 
     if model is not None:
         return model, tokenizer
-    dtype = "float32" if job.training.finetune == "full" else job.engine.dtype
-    return load_model(job.model_ref, dtype=dtype, device=job.engine.device)
+    local = local_model(job.engine)
+    dtype = "float32" if job.training.finetune == "full" else local.dtype
+    return load_model(job.model_ref, dtype=dtype, device=local.device)
 
 
 class LearnerActor:
@@ -102,38 +104,27 @@ class EngineReplica:
         merged copy is base + adapter)."""
         if engine is not None:
             self.engine = engine
-        elif job.engine.type == "vllm":
-            self.engine, self._policy = self._vllm(job, model, tokenizer)
         else:
-            self.engine, self._policy = self._transformers(job, model, tokenizer)
+            self.engine, self._policy = self._engine(job, model, tokenizer)
         self.version = -1
         """The published weights served (-1: the base, nothing published yet)."""
         self._learner = learner
         self._started: asyncio.Future[int] | None = None
 
     @staticmethod
-    def _transformers(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
-        from arft.engines.factory import transformers_options
-        from arft.engines.transformers.snapshot import SnapshotEngine, merges_lora
-        from arft.engines.transformers.engine import TransformersEngine
+    def _engine(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
+        """The replica's engine (``arft.engines.factory``, role ``replica``) over its own copy of
+        the policy, and that copy when the engine syncs from it (vLLM, merged LoRA)."""
+        from arft.engines.factory import Policy, build_engine
         from arft.trainer.learner import wrap_policy
 
         model, tokenizer = _load_model(job, model, tokenizer)
-        policy = wrap_policy(model, job.training, job.seed).eval().requires_grad_(False)
-        options = transformers_options(job.engine)
-        if merges_lora(job.engine.lora, policy):
-            return SnapshotEngine.of(policy, tokenizer, merge_lora=True, **options), policy
-        return TransformersEngine(policy, tokenizer, **options), None
-
-    @staticmethod
-    def _vllm(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
-        from arft.engines.vllm.engine import VLLMEngine
-        from arft.trainer.learner import wrap_policy
-
-        model, tokenizer = _load_model(job, model, tokenizer)
-        folder = Path(tempfile.mkdtemp(prefix="arft-replica-"))  # the server's log and synced weights
-        engine = VLLMEngine.from_job(job, folder, tokenizer)
-        return engine, wrap_policy(model, job.training, job.seed).eval()
+        policy = wrap_policy(model, job.training, job.seed).eval()
+        if job.engine.type != "vllm":  # the engine samples this copy: no gradients (vLLM's only stages weights)
+            policy.requires_grad_(False)
+        run_dir = Path(tempfile.mkdtemp(prefix="arft-replica-")) if job.engine.type == "vllm" else None
+        engine = build_engine(job, policy=Policy(policy, tokenizer), role="replica", run_dir=run_dir)
+        return engine, policy if isinstance(engine, SyncsWeights) else None
 
     async def close(self) -> None:
         """Stop what the engine started (a vLLM server)."""
@@ -163,12 +154,14 @@ class EngineReplica:
         from arft.trainer.learner import load_trainable
 
         if version > self.version:
-            if self._policy is not None:  # through the copy, then the engine's own sync
+            if self._policy is not None and isinstance(self.engine, SyncsWeights):  # through the copy, then a sync
                 await cpu_threads.to_thread(load_trainable, self._policy, self.spec, state)
                 await self.engine.sync(self._policy, version)
-            else:
+            elif isinstance(self.engine, WritesWeights):  # the engine's own model, between two passes
                 await cpu_threads.to_thread(self.engine.write_weights,
-                                        lambda model: load_trainable(model, self.spec, state))
+                                            lambda model: load_trainable(model, self.spec, state))
+            else:
+                raise TypeError(f"{type(self.engine).__name__} can neither sync nor write weights")
             self.version = version
         return self.version
 

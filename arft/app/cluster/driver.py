@@ -29,13 +29,15 @@ from typing import Any
 
 from arft.app.cluster import actors
 from arft.config import JobSpec, RaySpec
+from arft.errors import ArftError
 from arft.records import Rollout, Task, TrainBatch
+from arft.seeds import sample_seed
 from arft.together import together
 from arft.tracing.run_dir import RunDir
 from arft.tracing.store import RunStore
 
 
-class ClusterError(RuntimeError):
+class ClusterError(ArftError):
     """The cluster could not run the job (no cluster, too few resources, a lost learner)."""
 
 
@@ -58,7 +60,7 @@ class ClusterRunner:
         """``samples`` rollouts of every task, in task order (as ``RolloutRunner.run_many``)."""
 
         async def one(i: int, task: Task, k: int) -> Rollout:
-            rollout_seed = None if seed is None else seed + 1000 * (samples * i + k)
+            rollout_seed = None if seed is None else sample_seed(seed, samples, i, k)
             rollout = await self._run_somewhere(task, k, run_id, step, rollout_seed)
             self.store.add_rollout(rollout)
             if on_done is not None:

@@ -30,11 +30,14 @@ from typing import Any, AsyncIterator, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from arft.data.dataset import RowError, parse_messages, parse_tools
-from arft.engines.base import Generation, SamplingParams, TokenEngine, supports_constraints
+from arft.engines.base import (Generation, SamplingParams, StreamsTokens, TakesGrammar, TokenEngine,
+                               supports_constraints)
 from arft.chat.formats import ChatFormat, Rendered
 from arft.chat.constraints import ConstraintError, Grammar, JsonGrammar, check_schema
 from arft.chat.tool_prompt import ChatFormatError, parse_tool_choice
 from arft.chat.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, new_call_id, strip_end_of_turn
+from arft.errors import ArftError
+from arft.seeds import choice_seed
 
 IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key",
                      "safety_identifier", "stream_options", "reasoning_effort", "verbosity"})
@@ -45,13 +48,21 @@ _MESSAGE_NOISE = ("refusal", "annotations", "audio", "function_call", "reasoning
 """Keys an OpenAI client sends back on assistant messages it got from a server (mostly null)."""
 
 
-class ChatRequestError(ValueError):
+class ChatRequestError(ArftError):
     """A request arft cannot serve: HTTP 400 (or ``status``) with the field named in ``param``."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
                  code: str | None = None) -> None:
         super().__init__(message)
         self.param, self.status, self.code = param, status, code
+
+
+# ValueError too: what `arft serve` cannot serve was a ValueError to served_models' callers before
+# this class existed, and its tests still catch it so.
+class ServeError(ArftError, ValueError):
+    """What ``arft serve`` was asked to serve cannot be served (an engine it cannot serve with, a
+    tuned model named like its base, a full fine-tune's base beside it under vLLM); the message
+    says what to change."""
 
 
 class ChatRequest(BaseModel):
@@ -138,14 +149,16 @@ def prepare(model: ServedModel, req: ChatRequest) -> Prepared:
         if grammar is None and tools and kind != "none" and supports_constraints(model.engine):
             grammar = model.fmt.tool_grammar(tools, model.constrain)
         if grammar is not None:
-            model.engine.check_grammar(grammar)  # type: ignore[attr-defined]
+            assert isinstance(model.engine, TakesGrammar), "a grammar is made only for an engine that takes one"
+            model.engine.check_grammar(grammar)
             grammar = grammar.with_prefill(rendered.prefill)
     except ConstraintError as e:
         raise ChatRequestError(str(e), "response_format" if isinstance(grammar, JsonGrammar) else "tools") from None
     params = SamplingParams(
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p, top_k=0, max_new_tokens=wanted,
-        **model.fmt.turn_stops(stops, req.parallel_tool_calls), seed=req.seed, parallel_tool_calls=req.parallel_tool_calls, grammar=grammar)
+        **model.fmt.turn_stops(stops, req.parallel_tool_calls), seed=req.seed,
+        parallel_tool_calls=req.parallel_tool_calls, grammar=grammar)
     return Prepared(rendered, params, "none" if isinstance(grammar, JsonGrammar) else choice, stops)
 
 
@@ -230,7 +243,7 @@ async def complete(model: ServedModel, req: ChatRequest) -> dict[str, Any]:
     """The ``chat.completion`` answer to ``req`` (``n`` choices sampled concurrently)."""
     prep = prepare(model, req)
     params = [prep.params if prep.params.seed is None or i == 0 else
-              prep.params.model_copy(update={"seed": prep.params.seed + i}) for i in range(req.n)]
+              prep.params.model_copy(update={"seed": choice_seed(prep.params.seed, i)}) for i in range(req.n)]
     gens = await asyncio.gather(*(model.engine.generate(prep.rendered.ids, p) for p in params))
     choices = []
     for i, gen in enumerate(gens):
@@ -254,9 +267,9 @@ async def stream_chunks(model: ServedModel, req: ChatRequest, prep: Prepared) ->
         return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
 
     queue: asyncio.Queue[tuple[int, ...] | None] = asyncio.Queue()
-    if getattr(model.engine, "supports_streaming", False):
-        job = asyncio.ensure_future(model.engine.generate(  # type: ignore[call-arg]
-            prep.rendered.ids, prep.params, on_tokens=queue.put_nowait))
+    if isinstance(model.engine, StreamsTokens) and model.engine.supports_streaming:
+        job = asyncio.ensure_future(model.engine.generate(prep.rendered.ids, prep.params,
+                                                          on_tokens=queue.put_nowait))
     else:
         job = asyncio.ensure_future(model.engine.generate(prep.rendered.ids, prep.params))
     job.add_done_callback(lambda _: queue.put_nowait(None))
@@ -347,7 +360,7 @@ class StreamSplitter:
 
     def finish(self, message: dict[str, Any]) -> list[dict[str, Any]]:
         """The deltas that complete ``message`` (the parsed reply) after what was streamed."""
-        deltas = []
+        deltas: list[dict[str, Any]] = []
         for i, call in enumerate(message.get("tool_calls") or ()):
             fn = call["function"]
             if i < len(self._names):

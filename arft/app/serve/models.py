@@ -10,8 +10,9 @@
 * **a model** (the embedded default, an HF id, a local directory, a ``.gguf`` file): that model,
   named ``name`` or the reference itself.
 
-Each served model gets its own ``TransformersEngine`` (continuous batching, KV reuse across the
-turns of a conversation), or with ``engine_type="vllm"`` a vLLM server (``arft.app.serve.vllm``).
+Each served model gets its own ``TransformersEngine`` (``arft.engines.factory``, role ``serve``:
+continuous batching, KV reuse across the turns of a conversation), or with
+``engine_type="vllm"`` a vLLM server (``arft.app.serve.vllm``).
 torch and transformers load only here, when a model is served.
 """
 
@@ -21,11 +22,11 @@ import copy
 from pathlib import Path
 from typing import Any, Callable
 
-from arft.app.serve.chat import ServedModel
-from arft.config import EngineSpec
-from arft.engines.factory import transformers_options
-from arft.engines.transformers.engine import TransformersEngine
+from arft.app.serve.chat import ServedModel, ServeError
 from arft.chat.formats import ChatFormat
+from arft.config import TransformersEngineSpec, engine_as
+from arft.engines.base import TokenEngine
+from arft.engines.factory import Policy, build_engine
 from arft.rollout.runner import constrained_tool_calls
 from arft.tracing.run_dir import RunDir
 from arft.trainer.merge import run_job, tuned_model
@@ -37,7 +38,7 @@ def is_run_dir(target: str | Path) -> bool:
 
 
 def served_models(target: str, *, name: str | None = None, base: bool = True,
-                  engine: EngineSpec | None = None, engine_type: str = "transformers",
+                  engine: TransformersEngineSpec | None = None, engine_type: str = "transformers",
                   max_tokens: int = 1024, constrain: bool | None = None, model: Any = None,
                   tokenizer: Any = None, on_status: Callable[[str], None] = lambda s: None
                   ) -> list[ServedModel]:
@@ -47,26 +48,26 @@ def served_models(target: str, *, name: str | None = None, base: bool = True,
     or the defaults). ``engine_type``: ``transformers`` or ``vllm`` (``arft.app.serve.vllm``).
     ``constrain``: hold every tool call to its schema (default: as the run did; on for a plain
     model). ``model``/``tokenizer``: the (base) model, already loaded.
-    Raises ``ValueError`` (or ``ModelNotFound``) with what to do.
+    Raises ``ServeError`` (or ``ModelNotFound``, ``StoreError``, ``EngineError``) with what to do.
     """
     from arft.models.loading import load_model
 
     if engine_type not in ("transformers", "vllm"):
-        raise ValueError(f"engine {engine_type!r} cannot serve: use transformers or vllm")
+        raise ServeError(f"engine {engine_type!r} cannot serve: use transformers or vllm")
     if engine_type == "vllm":
         from arft.app.serve.vllm import vllm_models
 
         return vllm_models(target, name=name, base=base, engine=engine, max_tokens=max_tokens,
                            constrain=constrain, on_status=on_status)
     if not is_run_dir(target):
-        spec = engine or EngineSpec()
+        spec = engine or TransformersEngineSpec()
         on_status(f"loading model {target}")
         if model is None:
             model, tokenizer = load_model(target, dtype=spec.dtype, device=spec.device)
         fmt = ChatFormat(tokenizer)
         return [_served(name or target, model, tokenizer, fmt, spec, max_tokens, constrain)]
     job = run_job(Path(target))
-    spec = engine or job.engine.model_copy(update={"type": "transformers"})
+    spec = engine or engine_as(job.engine, "transformers")
     on_status(f"loading {job.model} and merging the checkpoint of {target}")
     base_model = model
     if base_model is None:
@@ -87,19 +88,20 @@ def tuned_name_of(target: str, name: str | None, base_name: str, base: bool) -> 
     """The tuned model's API name: ``name``, or the run directory's name; it may not be the base's."""
     tuned = name or Path(target).resolve().name
     if base and tuned == base_name:
-        raise ValueError(f"the tuned model's name {tuned!r} is the base model's: pick another with "
+        raise ServeError(f"the tuned model's name {tuned!r} is the base model's: pick another with "
                          "--name, or serve it alone with --no-base")
     return tuned
 
 
-def served(name: str, engine: Any, fmt: ChatFormat, max_tokens: int, constrain: bool | str | None) -> ServedModel:
+def served(name: str, engine: TokenEngine, fmt: ChatFormat, max_tokens: int,
+           constrain: bool | str | None) -> ServedModel:
     """``engine`` behind the API name ``name``, tool calls constrained as ``constrain`` says."""
     on = constrained_tool_calls("auto" if constrain is None else constrain, engine)
     return ServedModel(name=name, engine=engine, fmt=fmt, constrain=on, max_tokens=max_tokens)
 
 
-def _served(name: str, model: Any, tokenizer: Any, fmt: ChatFormat, spec: EngineSpec,
+def _served(name: str, model: Any, tokenizer: Any, fmt: ChatFormat, spec: TransformersEngineSpec,
             max_tokens: int, constrain: bool | str | None) -> ServedModel:
-    engine = TransformersEngine(model, tokenizer, **transformers_options(spec))
+    engine = build_engine(None, policy=Policy(model, tokenizer), role="serve", spec=spec)
     return served(name, engine, fmt, max_tokens, constrain)
 

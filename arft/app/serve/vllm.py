@@ -19,12 +19,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from arft.app.serve.chat import ServedModel
-from arft.config import EngineSpec
+from arft.app.serve.chat import ServedModel, ServeError
 from arft.chat.formats import ChatFormat
+from arft.config import TransformersEngineSpec, VLLMEngineSpec, engine_as
 
 
-def vllm_models(target: str, *, name: str | None, base: bool, engine: EngineSpec | None, max_tokens: int,
+def vllm_models(target: str, *, name: str | None, base: bool, engine: TransformersEngineSpec | None, max_tokens: int,
                 constrain: bool | None, on_status: Callable[[str], None]) -> list[ServedModel]:
     """The served models of ``target`` over one vLLM server (see the module docstring)."""
     from arft.app.serve.models import is_run_dir, served
@@ -34,7 +34,7 @@ def vllm_models(target: str, *, name: str | None, base: bool, engine: EngineSpec
     if is_run_dir(target):
         return _run_models(Path(target), name=name, base=base, engine=engine, max_tokens=max_tokens,
                            constrain=constrain, on_status=on_status)
-    spec = (engine or EngineSpec()).model_copy(update={"type": "vllm"})
+    spec = engine_as(engine or TransformersEngineSpec(), "vllm")
     tokenizer = load_tokenizer(target)
     work = Path(tempfile.mkdtemp(prefix="arft-serve-vllm-"))
     on_status(f"starting a vLLM server on {target} (log: {work / 'vllm.log'})")
@@ -43,7 +43,7 @@ def vllm_models(target: str, *, name: str | None, base: bool, engine: EngineSpec
     return [served(name or target, eng, ChatFormat(tokenizer), max_tokens, constrain)]
 
 
-def _run_models(run: Path, *, name: str | None, base: bool, engine: EngineSpec | None, max_tokens: int,
+def _run_models(run: Path, *, name: str | None, base: bool, engine: TransformersEngineSpec | None, max_tokens: int,
                 constrain: bool | None, on_status: Callable[[str], None]) -> list[ServedModel]:
     """A run directory's tuned agent (and its base) over one vLLM server."""
     from arft.app.serve.models import served, tuned_name_of
@@ -51,13 +51,13 @@ def _run_models(run: Path, *, name: str | None, base: bool, engine: EngineSpec |
     from arft.trainer.merge import run_job
 
     job = run_job(run)
-    spec = (engine or job.engine).model_copy(update={"type": "vllm"})
+    spec = engine_as(engine or job.engine, "vllm")
     tuned_name = tuned_name_of(str(run), name, job.model, base)
     option = job.rollout.constrained_tool_calls if constrain is None else constrain
     work = run / "serve-vllm"
     if job.training.finetune == "full":
         if base:
-            raise ValueError(f"{run} is a full fine-tune: with --engine vllm its base would need a second "
+            raise ServeError(f"{run} is a full fine-tune: with --engine vllm its base would need a second "
                              "server; add --no-base (or serve the base with another `arft serve`)")
         eng, tokenizer = _merged_server(run, job, spec, work, on_status)
     else:
@@ -69,7 +69,7 @@ def _run_models(run: Path, *, name: str | None, base: bool, engine: EngineSpec |
     return models
 
 
-def _merged_server(run: Path, job: Any, spec: EngineSpec, work: Path, on_status: Callable[[str], None]
+def _merged_server(run: Path, job: Any, spec: VLLMEngineSpec, work: Path, on_status: Callable[[str], None]
                    ) -> tuple[Any, Any]:
     """A server on the run's merged weights (bf16, ``work/weights``)."""
     from arft.engines.vllm.engine import VLLMEngine
@@ -86,7 +86,7 @@ def _merged_server(run: Path, job: Any, spec: EngineSpec, work: Path, on_status:
     return eng, tokenizer
 
 
-def _adapter_server(run: Path, job: Any, spec: EngineSpec, work: Path, tuned_name: str,
+def _adapter_server(run: Path, job: Any, spec: VLLMEngineSpec, work: Path, tuned_name: str,
                     on_status: Callable[[str], None]) -> tuple[Any, Any]:
     """A server on the base weights with the run's adapter (``work/adapter``) loaded as ``tuned_name``."""
     from arft.engines.vllm.engine import VLLMEngine

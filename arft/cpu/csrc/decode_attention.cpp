@@ -1,5 +1,5 @@
 // A decode step's attention on the CPU: one query token per row, G query heads per key/value head,
-// against that row's own keys and values (arft.models.cpu_kernels builds and loads this file).
+// against that row's own keys and values (arft/cpu/build.py builds this file into its own library).
 //
 // PyTorch's CPU flash-attention kernel runs a decode step as small matrix products of G (here 3)
 // query rows, which reads a row's keys and values at half the bandwidth this loop reaches. Here
@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "arft_cpu.h"
 #include "vec.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
@@ -309,18 +310,9 @@ template <bool BF16> bool by_group(const Args& a, int64_t g, int64_t d, int thre
 #endif
 }  // namespace
 
-// Bit 0: float32 is supported, bit 1: bfloat16.
-// decode_attention_avx2.cpp: float32 on CPUs with AVX2 but no AVX-512.
-extern "C" int arft_decode_attention_avx2(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
-                                          int64_t, const float*, int64_t, int64_t, int64_t, const float*, int64_t,
-                                          const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
-                                          int64_t, float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                                          int);
-extern "C" int arft_decode_attention_avx2_caps();
-
-extern "C" int arft_decode_attention_caps() {
-    return (ARFT_F32 || arft_decode_attention_avx2_caps()) | (ARFT_BF16 << 1);
-}
+// Bit 0: float32 is supported, bit 1: bfloat16. Without AVX-512 neither: the AVX2 library
+// (decode_attention_avx2.cpp) runs float32 where it loads (arft.cpu.kernels chooses).
+extern "C" int arft_decode_attention_caps() { return ARFT_F32 | (ARFT_BF16 << 1); }
 
 // q [B, H, G, D], k and v [B, H, T, D], mask [B, T] (additive, or null), prior [B, H, G, D] (or
 // null) in bfloat16 (bf16 = 1) or float32, each with the strides given (in elements; the last
@@ -343,10 +335,10 @@ extern "C" int arft_decode_attention(const void* q, int64_t q_sb, int64_t q_sh, 
 #endif
     return by_group<false>(a, g, d, threads) ? 0 : 1;
 #else
-    if (bf16) return 1;
-    return arft_decode_attention_avx2((const float*)q, q_sb, q_sh, q_sg, (const float*)k, k_sb, k_sh, k_st,
-                                      (const float*)v, v_sb, v_sh, v_st, (const float*)mask, m_sb,
-                                      (const float*)prior, p_sb, p_sh, p_sg, prior_lse, l_sb, l_sh, l_sg, (float*)out,
-                                      lse, b, h, g, t, d, scale, threads);
+    (void)q; (void)q_sb; (void)q_sh; (void)q_sg; (void)k; (void)k_sb; (void)k_sh; (void)k_st; (void)v; (void)v_sb;
+    (void)v_sh; (void)v_st; (void)mask; (void)m_sb; (void)prior; (void)p_sb; (void)p_sh; (void)p_sg; (void)prior_lse;
+    (void)l_sb; (void)l_sh; (void)l_sg; (void)out; (void)lse; (void)b; (void)h; (void)g; (void)t; (void)d;
+    (void)scale; (void)bf16; (void)threads;
+    return 1;
 #endif
 }

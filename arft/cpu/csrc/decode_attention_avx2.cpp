@@ -1,9 +1,12 @@
 // decode_attention.cpp's kernel for CPUs with AVX2 and FMA but no AVX-512 (most laptops, AMD Zen 2
 // and 3): float32 only, 8 columns a block, the same online softmax, hole skipping and prior merge.
-// Built on every CPU; where AVX-512 is there, decode_attention.cpp runs its own and this is a stub.
+// Its own library, built on every CPU; where AVX-512 is there, decode_attention.cpp runs its own and
+// this is a stub.
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "arft_cpu.h"
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -183,5 +186,5 @@ extern "C" int arft_decode_attention_avx2(const float* q, int64_t q_sb, int64_t 
 #endif
 }
 
-// 1: this build runs float32 decode attention on AVX2 (decode_attention.cpp's caps then include it).
+// 1: this build runs float32 decode attention on AVX2 (arft.cpu.kernels then calls it for float32).
 extern "C" int arft_decode_attention_avx2_caps() { return ARFT_AVX2; }

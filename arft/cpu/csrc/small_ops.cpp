@@ -4,10 +4,11 @@
 // silu(gate) * up. Each gives Hugging Face's results: the same operations, rounded to the dtype
 // where PyTorch rounds them (bfloat16 products rounded before they are summed; no fused
 // multiply-add where PyTorch has none); silu's exp is arft's polynomial (within an ulp of
-// PyTorch's). Built with arft's decode-attention kernel (arft.models.cpu_kernels).
+// PyTorch's). Its own library (arft/cpu/build.py).
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "arft_cpu.h"
 #include "vec.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
@@ -17,7 +18,7 @@ namespace {
 template <bool BF16>
 void norm_row(const char* x, const char* delta, char* hidden, const char* w, char* out, int64_t dim, float eps,
               float* rstd) {
-    float buf[8192];
+    float buf[ARFT_RMS_NORM_MAX_DIM];
     __m512 ss = _mm512_setzero_ps();
     for (int64_t i = 0; i < dim; i += 16) {
         int n = dim - i < 16 ? (int)(dim - i) : 16;
@@ -112,6 +113,7 @@ void silu_mul(const void* gate, int64_t g_s, const void* up, int64_t u_s, void* 
 
 // 1: built (AVX-512), 0: not.
 extern "C" int arft_small_ops_caps() { return ARFT_OPS; }
+extern "C" int64_t arft_rms_norm_max_dim() { return ARFT_RMS_NORM_MAX_DIM; }
 
 // rows of x [rows, dim] (row stride x_s; delta, hidden, out alike) in bfloat16 (bf16 = 1) or
 // float32: with delta, hidden = x + delta (written where hidden is not null) is what is
@@ -121,7 +123,7 @@ extern "C" int arft_rms_norm(const void* x, int64_t x_s, const void* delta, int6
                              const void* weight, void* out, int64_t o_s, int64_t rows, int64_t dim, float eps,
                              float* rstd, int bf16, int threads) {
 #if ARFT_OPS
-    if (dim > 8192 || dim % 16) return 1;
+    if (dim > ARFT_RMS_NORM_MAX_DIM || dim % 16) return 1;
     if (bf16) norm<true>(x, x_s, delta, d_s, hidden, h_s, weight, out, o_s, rows, dim, eps, rstd, threads);
     else norm<false>(x, x_s, delta, d_s, hidden, h_s, weight, out, o_s, rows, dim, eps, rstd, threads);
     return 0;

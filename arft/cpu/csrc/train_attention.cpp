@@ -24,6 +24,7 @@
 
 #include <vector>
 
+#include "arft_cpu.h"
 #include "vec.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__AVX512BW__)
@@ -32,9 +33,9 @@
 #include <unistd.h>
 
 namespace {
-typedef uint16_t bf16;
+typedef arft_bf16 bf16;
 constexpr int BLK = 32;  // keys and queries a block (two tile rows)
-constexpr int64_t MAX_SCORES = (int64_t)1 << 26;  // queries x keys a head: the backward keeps dSᵀ per thread
+constexpr int64_t MAX_SCORES = ARFT_ATTENTION_MAX_SCORES;  // queries x keys a head (arft_cpu.h)
 
 struct TileConfig {
     uint8_t palette, start;
@@ -439,16 +440,19 @@ extern "C" int arft_attention_backward(const bf16* q, const int64_t* sq, const b
 }
 #else
 extern "C" int arft_attention_backward_caps() { return 0; }
-extern "C" int arft_attention_forward(const void*, const int64_t*, const void*, const int64_t*, const void*,
-                                      const int64_t*, const int64_t*, void*, const int64_t*, float*, int64_t, int64_t,
-                                      int64_t, int64_t, int64_t, int64_t, float, int) {
+extern "C" int arft_attention_forward(const arft_bf16*, const int64_t*, const arft_bf16*, const int64_t*,
+                                      const arft_bf16*, const int64_t*, const int64_t*, arft_bf16*, const int64_t*,
+                                      float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, int) {
     return 1;
 }
-extern "C" int arft_attention_backward(const void*, const int64_t*, const void*, const int64_t*, const void*,
-                                       const int64_t*, const void*, const int64_t*, const void*, const int64_t*,
-                                       const float*, const int64_t*, const int64_t*, void*, const int64_t*, void*,
-                                       const int64_t*, void*, const int64_t*, int64_t, int64_t, int64_t, int64_t,
-                                       int64_t, int64_t, float, int) {
+extern "C" int arft_attention_backward(const arft_bf16*, const int64_t*, const arft_bf16*, const int64_t*,
+                                       const arft_bf16*, const int64_t*, const arft_bf16*, const int64_t*,
+                                       const arft_bf16*, const int64_t*, const float*, const int64_t*, const int64_t*,
+                                       arft_bf16*, const int64_t*, arft_bf16*, const int64_t*, arft_bf16*,
+                                       const int64_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
+                                       int) {
     return 1;
 }
 #endif
+
+extern "C" int64_t arft_attention_max_scores() { return ARFT_ATTENTION_MAX_SCORES; }

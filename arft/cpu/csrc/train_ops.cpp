@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "arft_cpu.h"
 #include "vec.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)

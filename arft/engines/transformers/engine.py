@@ -30,7 +30,7 @@ once, and a prefix common to all prompts of an admission (a system prompt, worke
 run once before them (``arft.engines.transformers.prefill``). The store is cleared whenever a weight changes.
 Decode steps read that common prefix once for all rows (``arft.cpu.cascade``, on the CPU), and
 run the linear layers on oneDNN with prepacked weights (``packed_linear``), in a forward pass of their
-own for Llama-family models (``fused_decode``; see ``model_pass``). Rows' decoding state and finish
+own for Llama-family models (``fused_pass``; see ``model_pass``). Rows' decoding state and finish
 rules: ``arft.engines.transformers.decode_rows``; the KV cache: ``kv_batch``.
 
 The model is used as is (no copy): a trainer may update its weights in place between calls, or while
@@ -43,28 +43,57 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from arft.chat.constraints import Grammar
+from arft.config import JobError
+from arft.cpu import cascade, packed_linear
 from arft.cpu import threads as cpu_threads
-from arft.cpu import cascade
-from arft.cpu import packed_linear
 from arft.engines.base import EngineError, Generation, SamplingParams
-from arft.engines.transformers.decode_rows import FinishRules, Request, Row, checked_prompt, generation, new_row
-from arft.engines.transformers.stats import EngineStats
 from arft.engines.factory import transformers_options
 from arft.engines.grammar import ToolCallMasker
-from arft.models.hf_model import eos_ids, torch_device, weights_fingerprint
-from arft.engines.transformers.kv_batch import KVBatch, growing_layer
+from arft.engines.transformers.decode_rows import FinishRules, Request, Row, checked_prompt, generation, new_row
+from arft.engines.transformers.kv_batch import KVBatch, PassInputs, growing_layer
 from arft.engines.transformers.model_pass import ModelPass
 from arft.engines.transformers.prefill import PrefillPlan, distinct, plan, shared_prefix
 from arft.engines.transformers.prefix_cache import MB, PrefixCache
 from arft.engines.transformers.sampling import sample_rows
-from arft.chat.constraints import Grammar
+from arft.models.hf_model import eos_ids, torch_device, weights_fingerprint
 
 if TYPE_CHECKING:
     import torch
 
     from arft.config import EngineSpec
+
+
+@dataclass
+class EngineStats:
+    """What the engine has done so far (written by the worker thread; read for monitoring)."""
+
+    requests: int = 0
+    """Requests answered (with a generation or an error)."""
+    generated_tokens: int = 0
+    prefills: int = 0
+    """Prefill forward passes (each admits one or more requests)."""
+    decode_steps: int = 0
+    """Decode forward passes (one token for every row in the batch)."""
+    steps_in_prefills: int = 0
+    """Decode steps run in a prefill's forward pass (their rows ride along its products)."""
+    max_rows: int = 0
+    """Most rows decoded together in one forward pass."""
+    cascade_steps: int = 0
+    """Decode steps that read the rows' common prefix once for all of them (cascade attention)."""
+    decode_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
+    """How many decode steps ran with each batch size."""
+    prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
+    constrained_tokens: int = 0
+    """Tokens sampled under a grammar mask that excluded at least one token."""
+    prompt_tokens: int = 0
+    """Prompt tokens of the requests admitted."""
+    prefill_tokens: int = 0
+    """Prompt tokens actually run by prefill forward passes (the rest came from the prefix store
+    or from a duplicate prompt admitted together)."""
 
 
 class TransformersEngine:
@@ -76,8 +105,8 @@ class TransformersEngine:
     it in eval mode (``load_model`` does) so dropout does not change the policy. ``stats`` counts
     prefills, decode steps and batch sizes; ``prefix_cache.stats`` what the prefix store reused.
     ``prefix_cache_mb=0`` turns KV reuse off; ``cascade_attention=False`` runs Hugging Face's sdpa
-    as it is (``arft.cpu.cascade``), ``fused_decode=False`` its forward for decode steps and
-    prefills (``fused_decode``; both for comparisons); ``packed_linears``, ``cpu_kernels``: ``engine.*``."""
+    as it is (``arft.cpu.cascade``), ``fused_pass=False`` its forward for decode steps and
+    prefills (``fused_pass``; both for comparisons); ``packed_linears``, ``cpu_kernels``: ``engine.*``."""
 
     supports_constraints = True
 
@@ -88,12 +117,12 @@ class TransformersEngine:
 
     def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
                  device: str | None = None, prefix_cache_mb: float = 2048, cascade_attention: bool = True,
-                 packed_linears: bool = True, fused_decode: bool = True, cpu_kernels: bool = True) -> None:
+                 packed_linears: bool = True, fused_pass: bool = True, cpu_kernels: bool = True) -> None:
         if max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1 (got {max_batch_size}); set engine.max_batch_size")
+            raise JobError(f"max_batch_size must be >= 1 (got {max_batch_size}); set engine.max_batch_size")
         if prefix_cache_mb < 0:
-            raise ValueError(f"prefix_cache_mb must be >= 0 (got {prefix_cache_mb}); set "
-                             "engine.prefix_cache_mb (0 turns KV reuse off)")
+            raise JobError(f"prefix_cache_mb must be >= 0 (got {prefix_cache_mb}); set "
+                           "engine.prefix_cache_mb (0 turns KV reuse off)")
         self.model, self.tokenizer = model, tokenizer
         self.max_batch_size = max_batch_size
         embeddings = model.get_input_embeddings()
@@ -107,7 +136,7 @@ class TransformersEngine:
         """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
         self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
         on_cpu = self.device.type == "cpu"
-        self._pass = ModelPass(model, on_cpu, cascade_attention, packed_linears, fused_decode, cpu_kernels)
+        self._pass = ModelPass(model, on_cpu, cascade_attention, packed_linears, fused_pass, cpu_kernels)
         self._inbox: collections.deque[Request] = collections.deque()
         self._lock = threading.Lock()
         self._weights_lock = threading.Lock()
@@ -310,13 +339,13 @@ class TransformersEngine:
     def _run(self, p: PrefillPlan, along: KVBatch | None = None) -> tuple[KVBatch, "torch.Tensor"]:
         """One prefill pass (with ``along``'s decode step); its rows are ``p.expand`` until set."""
         batch = KVBatch(list(p.expand), p.cache, p.mask, self.max_batch_size, p.shared_ids)
-        fill = (p.ids, p.positions, batch.mask, batch.cache, 0)
+        fill = PassInputs(p.ids, p.positions, batch.mask, batch.cache)
         if along is None:
             logits = self._pass(*fill)
         else:
             step = along.step_inputs(self.device, self._pass.cascade)
             step_logits, logits, one_pass = self._pass.step_and_prefill(step, fill)
-            self._stepped(along, step[4], step_logits)
+            self._stepped(along, step.shared, step_logits)
             self.stats.steps_in_prefills += one_pass
         self.stats.prefills += 1
         self.stats.prefill_batch_sizes[p.ids.shape[0]] += 1
@@ -340,7 +369,7 @@ class TransformersEngine:
     def _decode_step(self, batch: KVBatch) -> None:
         """Feed every row's last sampled token and sample the next one."""
         step = batch.step_inputs(self.device, self._pass.cascade)
-        self._stepped(batch, step[4], self._pass(*step))
+        self._stepped(batch, step.shared, self._pass(*step))
 
     def _stepped(self, batch: KVBatch, shared: int, logits: "torch.Tensor") -> None:
         """Count a decode step's pass and sample its tokens."""

@@ -4,7 +4,7 @@ engine on the CPU.
 Hugging Face's forward pass of one decode step of the embedded 135M model dispatches ~5,600 tensor
 operations (views, reshapes, casts, the mask builder, the cache's bookkeeping, the module calls
 around each of them). At a few dozen rows each costs microseconds that add up to a tenth of the
-step. ``FusedDecoder`` runs the same arithmetic with what the step needs and nothing else:
+step. ``FusedPass`` runs the same arithmetic with what the step needs and nothing else:
 
 - q, k and v are one product with their weights stacked, and so are gate and up (oneDNN packed
   weights, ``packed_linear.packed``): fewer, wider products run faster at decode's few rows;
@@ -46,12 +46,10 @@ if TYPE_CHECKING:
     import torch
 
     from arft.cpu.kernels import CpuKernels
-
-PassInputs = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor", Any, int]
-"""One forward pass's ``(ids, positions, mask, cache, shared)`` (see ``FusedDecoder.logits``)."""
+    from arft.engines.transformers.kv_batch import PassInputs
 
 
-class FusedDecoder:
+class FusedPass:
     """``logits(ids, positions, mask, cache, shared)``: a decode step or a prefill of ``model`` (module doc)."""
 
     def __init__(self, model: Any, kernel: "CpuKernels | None" = None) -> None:
@@ -72,8 +70,8 @@ class FusedDecoder:
         """arft's CPU kernels, where they run this model (``arft.cpu.kernels``)."""
 
     @classmethod
-    def of(cls, model: Any, kernel: "CpuKernels | None" = None) -> "FusedDecoder | None":
-        """A decoder for ``model`` (decode steps' attention on ``kernel`` where it supports the
+    def of(cls, model: Any, kernel: "CpuKernels | None" = None) -> "FusedPass | None":
+        """A fused pass for ``model`` (decode steps' attention on ``kernel`` where it supports the
         model), or ``None`` where it would not reproduce Hugging Face's forward."""
         return cls(model, kernel) if supported(model) else None
 
@@ -123,22 +121,21 @@ class FusedDecoder:
         projections; each attends over its own cache): the last-position logits of each."""
         import torch
 
-        ids, positions, mask, cache, shared = step
-        fill_ids, fill_positions, fill_mask, fill_cache, _ = fill
-        b = ids.shape[0]
-        rows = RaggedRows(fill_mask[:, -fill_ids.shape[1]:], fill_mask, self.model.lm_head.weight.dtype)
-        hidden = self.model.model.embed_tokens(torch.cat([ids.reshape(-1), rows.pack(fill_ids)]))[None]
-        keep, split = self._step_masks(mask, shared, hidden.dtype)
+        b, shared = step.ids.shape[0], step.shared
+        rows = RaggedRows(fill.mask[:, -fill.ids.shape[1]:], fill.mask, self.model.lm_head.weight.dtype)
+        hidden = self.model.model.embed_tokens(torch.cat([step.ids.reshape(-1), rows.pack(fill.ids)]))[None]
+        keep, split = self._step_masks(step.mask, shared, hidden.dtype)
 
         def attend(i: int, q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> "torch.Tensor":
             one = [x[0, :, :b].transpose(0, 1).unsqueeze(2) for x in (q, k, v)]  # [b, heads, 1, head_dim]
-            keys, values = cache.update(one[1], one[2], i)
+            keys, values = step.cache.update(one[1], one[2], i)
             decoded = cascade.attend(one[0], keys, values, keep, shared, self.scale, split, self.kernel
                                      ).reshape(1, b, -1)
-            keys, values = fill_cache.update(rows.unpack(k[:, :, b:]), rows.unpack(v[:, :, b:]), i)
+            keys, values = fill.cache.update(rows.unpack(k[:, :, b:]), rows.unpack(v[:, :, b:]), i)
             return torch.cat([decoded, rows.attend(q[:, :, b:], keys, values, self.scale)], dim=1)
 
-        hidden = self._layers(hidden, torch.cat([positions.reshape(-1), rows.pack(fill_positions)])[None], attend)
+        hidden = self._layers(hidden, torch.cat([step.positions.reshape(-1), rows.pack(fill.positions)])[None],
+                              attend)
         logits = self._head(hidden[0, torch.cat([torch.arange(b, device=hidden.device), b + rows.last])])
         return logits[:b], logits[b:]
 
@@ -210,7 +207,7 @@ class FusedDecoder:
 
 
 def supported(model: Any) -> bool:
-    """Whether ``FusedDecoder`` reproduces ``model``'s forward (see the module doc): a
+    """Whether ``FusedPass`` reproduces ``model``'s forward (see the module doc): a
     ``LlamaForCausalLM``, or one under plain peft LoRA adapters (``lora_products.plain``)."""
     import torch
     from transformers import LlamaForCausalLM
@@ -220,7 +217,7 @@ def supported(model: Any) -> bool:
         return False
     config, weight = model.config, model.lm_head.weight
     if (config.hidden_act != "silu" or getattr(config, "pretraining_tp", 1) != 1 or weight.device.type != "cpu"
-            or not packed_linear.supports(weight.dtype) or not cascade._has_cpu_flash()):
+            or not packed_linear.supports(weight.dtype) or not cascade.has_cpu_flash()):
         return False
     linear = (torch.nn.Linear, packed_linear._packed_class())
     adapted = [m for layer in model.model.layers for m in layer.modules() if peft_layers.is_lora(m)]

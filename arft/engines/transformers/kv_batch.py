@@ -18,14 +18,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from arft.models.token_ids import common_prefix
 
 if TYPE_CHECKING:
     import torch
 
-    from arft.engines.transformers.fused_pass import PassInputs
+
+class PassInputs(NamedTuple):
+    """One forward pass of the engine's model (``ModelPass``): a decode step or a prefill."""
+
+    ids: "torch.Tensor"
+    """The new tokens ``[B, S]``."""
+    positions: "torch.Tensor"
+    """Their positions ``[B, S]``."""
+    mask: "torch.Tensor"
+    """``[B, T]``: 1 on the real columns of the cache once these tokens are appended."""
+    cache: Any
+    """The batch's KV cache; it grows in place."""
+    shared: int = 0
+    """Leading columns every row holds the same (cascade attention reads them once)."""
 
 
 class KVBatch:
@@ -64,7 +77,7 @@ class KVBatch:
         ids = torch.tensor([[r.tokens[-1]] for r in self.rows], device=device)
         positions = torch.tensor([[r.next_position] for r in self.rows], device=device)
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.size, 1))], dim=1)
-        return ids, positions, self.mask, self.cache, self.shared if cascade and self.mergeable else 0
+        return PassInputs(ids, positions, self.mask, self.cache, self.shared if cascade and self.mergeable else 0)
 
     def _layers(self) -> list[Any]:
         return [layer for layer in self.cache.layers if layer.is_initialized and layer.keys.numel()]
@@ -133,7 +146,6 @@ class KVBatch:
         """Append ``other``'s rows: into this batch's spare rows where its buffers have room,
         else by rebuilding, left-padding the shorter cache (each layer copied once)."""
         import torch
-        import torch.nn.functional as F
 
         lead = common_prefix(self.shared_ids, other.shared_ids)
         self.shared_ids = self.shared_ids[:lead]

@@ -1,7 +1,8 @@
 """One forward pass of ``TransformersEngine``'s model: the CPU fast paths it may take, chosen once.
 
-- ``cascade``: the model's attention is ``arft.cpu.cascade`` (the engine passes the columns
-  its rows share; masked prefills keep their key/value heads uncopied);
+- ``cascade``: the model runs arft's attention function (``arft.cpu.patch.install(model,
+  train=False)``), which hands the engine's passes to ``arft.cpu.cascade`` (the engine passes the
+  columns its rows share; masked prefills keep their key/value heads uncopied);
 - ``packed``: linear layers on oneDNN with prepacked weights (``arft.cpu.packed_linear``);
 - ``fused``: decode steps and prefills of a Llama-family model run ``arft.engines.transformers.fused_pass``
   instead of Hugging Face's forward (prefills without their padding: ``arft.engines.transformers.ragged``),
@@ -21,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from arft.cpu import cascade
 from arft.cpu import packed_linear
-from arft.engines.transformers.fused_pass import FusedDecoder, PassInputs
+from arft.cpu import patch
+from arft.engines.transformers.fused_pass import FusedPass
+from arft.engines.transformers.kv_batch import PassInputs
 from arft.models.hf_model import forward_kwargs
 from arft.cpu.kernels import load as load_kernel
 
@@ -34,22 +37,22 @@ class ModelPass:
     cache grows in place."""
 
     def __init__(self, model: Any, on_cpu: bool, cascade_attention: bool = True, packed_linears: bool = True,
-                 fused_decode: bool = True, cpu_kernels: bool = True) -> None:
+                 fused_pass: bool = True, cpu_kernels: bool = True) -> None:
         self.model = model
         self.cache_kwarg, self.kwargs = forward_kwargs(model)
-        self.cascade = cascade_attention and on_cpu and cascade.enable(model)
+        self.cascade = cascade_attention and on_cpu and patch.install(model, train=False).attention
         self.packed = packed_linears and on_cpu and packed_linear.enable(model) > 0
-        self._fuse = fused_decode and self.packed
+        self._fuse = fused_pass and self.packed
         self.kernel = load_kernel() if self._fuse and cpu_kernels else None
         """arft's CPU kernels for the fused pass (``None``: off, or they cannot run here)."""
-        self.fused = FusedDecoder.of(model, self.kernel) if self._fuse else None
+        self.fused = FusedPass.of(model, self.kernel) if self._fuse else None
         self.mix = True
         """``step_and_prefill`` may run its two passes as one (off: for comparisons)."""
 
     def refresh(self) -> None:
-        """Check again whether the fused decoder reproduces the model (an adapter injected into
+        """Check again whether the fused pass reproduces the model (an adapter injected into
         it, a cast or a move since: it may no longer)."""
-        self.fused = FusedDecoder.of(self.model, self.kernel) if self._fuse else None
+        self.fused = FusedPass.of(self.model, self.kernel) if self._fuse else None
 
     @property
     def mixes(self) -> bool:
@@ -57,18 +60,18 @@ class ModelPass:
         return self.mix and self._fused_now()
 
     def _fused_now(self) -> bool:
-        """Whether a pass now runs the fused decoder: it took the model, no gradient is wanted,
-        and its adapters (if any) are still as it took them (``FusedDecoder.runs_now``)."""
+        """Whether a pass now runs the fused pass: it took the model, no gradient is wanted,
+        and its adapters (if any) are still as it took them (``FusedPass.runs_now``)."""
         import torch
 
         return self.fused is not None and not torch.is_grad_enabled() and self.fused.runs_now()
 
     def step_and_prefill(self, step: PassInputs, fill: PassInputs
                          ) -> tuple["torch.Tensor", "torch.Tensor", bool]:
-        """A decode step of one batch and a prefill of another (each ``(ids, positions, mask,
-        cache, shared)``): their last-position logits, and whether they ran as one pass (where
-        ``mixes``: the decode step's rows ride along the prefill's products) rather than two."""
-        if self.mixes and _new_token_each_row(fill[0], fill[2]):
+        """A decode step of one batch and a prefill of another: their last-position logits, and
+        whether they ran as one pass (where ``mixes``: the decode step's rows ride along the
+        prefill's products) rather than two."""
+        if self.mixes and _new_token_each_row(fill.ids, fill.mask):
             assert self.fused is not None
             return *self.fused.step_and_prefill(step, fill), True
         return self(*step), self(*fill), False

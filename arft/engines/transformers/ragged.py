@@ -4,7 +4,7 @@ The engine prefills several prompts in one pass (``arft.engines.transformers.pre
 ``s_u`` new tokens, left-padded to the longest, ``S``, after its cached columns. A padded pass
 runs ``U x S`` token rows through every projection and attends over every row's ``W`` columns;
 with the tool results of a multi-turn batch that was 22 % padded tokens and 42 % masked attention
-area in one 24-row admission. ``RaggedRows`` lets ``fused_decode`` run only the ``N = sum s_u``
+area in one 24-row admission. ``RaggedRows`` lets ``fused_pass`` run only the ``N = sum s_u``
 real tokens:
 
 - ``pack`` takes a ``[U, S]`` tensor's real entries in order (row by row) as ``[N]``;

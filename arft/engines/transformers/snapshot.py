@@ -27,6 +27,7 @@ import copy
 import time
 from typing import Any
 
+from arft.config import JobError
 from arft.cpu import threads as cpu_threads
 from arft.models.hf_model import merged_copy
 from arft.engines.transformers.engine import TransformersEngine
@@ -87,12 +88,12 @@ def _check_mergeable(policy: Any) -> None:
     """Refuse a policy whose trainable weights are not all LoRA adapters (merging would leave the
     others behind)."""
     if not _lora_layers(policy):
-        raise ValueError("merge_lora: the policy has no LoRA layers to merge (a full fine-tune samples "
-                         "from its own weights): set engine.lora to auto or adapter")
+        raise JobError("merge_lora: the policy has no LoRA layers to merge (a full fine-tune samples "
+                       "from its own weights): set engine.lora to auto or adapter")
     others = [n for n, p in policy.named_parameters() if p.requires_grad and ".lora_" not in n]
     if others:
-        raise ValueError(f"merge_lora: the policy also trains {others[0]} (not a LoRA adapter), which a "
-                         "merged copy would not follow: set engine.lora to adapter")
+        raise JobError(f"merge_lora: the policy also trains {others[0]} (not a LoRA adapter), which a "
+                       "merged copy would not follow: set engine.lora to adapter")
 
 
 def _write_merged(policy: Any, model: Any, step: int) -> None:

@@ -40,11 +40,13 @@ from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.grammar import ToolCallMasker, turn_tag
 from arft.models.hf_model import merged_copy
 from arft.http import json_client
+from arft.seeds import look_ahead_seed
 from arft.engines.vllm.server import SERVED_NAME, ServerOptions, VLLMServer, vllm_python
 from arft.chat.constraints import Grammar, JsonGrammar, ToolGrammar, with_search_patterns
 
 if TYPE_CHECKING:
-    from arft.config import EngineSpec, JobSpec
+    from transformers import PreTrainedTokenizerBase
+    from arft.config import JobSpec, VLLMEngineSpec
 
 LOOK_AHEAD_TOKENS = 8
 """Tokens sampled after a stop to see whether a continuation string follows (as the transformers engine)."""
@@ -59,7 +61,7 @@ class VLLMEngine:
 
     supports_constraints = True
 
-    def __init__(self, base_url: str, tokenizer: Any, *, server: VLLMServer | None = None,
+    def __init__(self, base_url: str, tokenizer: "PreTrainedTokenizerBase", *, server: VLLMServer | None = None,
                  sync: str = "merged", weights_dir: Path | None = None, timeout_s: float = 600,
                  keep_adapters: int = 1) -> None:
         self.base_url = base_url.rstrip("/")
@@ -78,13 +80,14 @@ class VLLMEngine:
         self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "generated_tokens": 0}
 
     @classmethod
-    def from_job(cls, job: JobSpec, run_dir: Path, tokenizer: Any = None,
+    def from_job(cls, job: JobSpec, run_dir: Path, tokenizer: "PreTrainedTokenizerBase | None" = None,
                  on_status: Callable[[str], None] = lambda s: None) -> "VLLMEngine":
         """Start the job's server (output in ``run_dir/vllm.log``; synced weights in
         ``run_dir/vllm-weights``), or attach to ``engine.base_url``."""
         from arft.models.loading import load_tokenizer, pick_device, resolve_model_dir
 
         spec = job.engine
+        assert spec.type == "vllm", "a vLLM engine is built for a job whose engine is vllm"
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(job.model_ref)
         cpu = pick_device(spec.device) == "cpu"
         sync = spec.sync if spec.sync != "auto" else ("merged" if cpu or job.training.finetune == "full" else "lora")
@@ -98,7 +101,7 @@ class VLLMEngine:
                           on_status=on_status, sync=sync, weights_dir=weights, keep_adapters=keep)
 
     @classmethod
-    def launch(cls, spec: EngineSpec, model_dir: str, log: Path, tokenizer: Any, *, max_model_len: int,
+    def launch(cls, spec: VLLMEngineSpec, model_dir: str, log: Path, tokenizer: "PreTrainedTokenizerBase", *, max_model_len: int,
                lora_rank: int | None = None, max_loras: int = 2,
                on_status: Callable[[str], None] = lambda s: None, **engine: Any) -> "VLLMEngine":
         """Start a server on ``model_dir`` sized by ``spec`` (``engine.max_model_len`` or
@@ -152,7 +155,7 @@ class VLLMEngine:
         while finish == "stop" and stop is not None and follow and len(ids) < params.max_new_tokens:
             ahead, ahead_lps, _, matched = await self._complete(
                 prompt + ids, params, min(LOOK_AHEAD_TOKENS, params.max_new_tokens - len(ids)), None, follow)
-            opened = self.tokenizer.decode(ahead, skip_special_tokens=False).lstrip()
+            opened = str(self.tokenizer.decode(ahead, skip_special_tokens=False)).lstrip()
             if matched is None or not any(opened.startswith(f) for f in follow):
                 break  # nothing follows: the completion ends at the stop, the look-ahead is dropped
             rest, rest_lps, finish, stop = await self._complete(
@@ -171,7 +174,7 @@ class VLLMEngine:
         """Drop what the turn wrote after its last call's close (text that opened no call, and
         the end of the turn), as the transformers engine stops there: the turn then ends with
         ``stop`` at the close."""
-        text = grammar.prefill + self.tokenizer.decode(ids, skip_special_tokens=False)
+        text = grammar.prefill + str(self.tokenizer.decode(ids, skip_special_tokens=False))
         close = text.rfind(grammar.call_end)
         if close < 0 or reason == "length" and text.rfind(grammar.trigger) > close:
             return ids, lps, reason  # no call, or the last one was cut off: nothing to drop
@@ -182,7 +185,7 @@ class VLLMEngine:
         return ids, lps, reason
 
     async def _complete(self, prompt: list[int], params: SamplingParams, max_tokens: int,
-                        outputs: dict[str, Any] | None, stops: list[str]
+                        outputs: dict[str, object] | None, stops: list[str]
                         ) -> tuple[list[int], list[float], str, Any]:
         """(ids, logprobs, finish_reason, stop_reason) of one ``/v1/completions`` request
         (``outputs``: vLLM's ``structured_outputs``)."""
@@ -192,7 +195,7 @@ class VLLMEngine:
             "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True,
             "skip_special_tokens": False, "include_stop_str_in_output": True}
         if params.seed is not None:
-            body["seed"] = params.seed + len(prompt)  # a look-ahead draws its own stream
+            body["seed"] = look_ahead_seed(params.seed, len(prompt))  # a look-ahead draws its own stream
         if stops:
             body["stop"] = stops
         if outputs is not None:
@@ -225,7 +228,7 @@ class VLLMEngine:
             raise EngineError("vLLM could not reset its prefix cache after a weight sync (blocks still "
                               f"held), so later requests could reuse old weights' keys{self._log_hint()}")
 
-    async def _post(self, path: str, payload: Any) -> Any:
+    async def _post(self, path: str, payload: object) -> Any:
         r = await self._client.get().post(f"{self.base_url}{path}", json=payload)
         self._check(r, path)
         try:
@@ -257,8 +260,8 @@ class VLLMEngine:
         else:
             from arft.engines.vllm.server import save_vllm_dir
 
-            folder = await asyncio.to_thread(lambda: save_vllm_dir(merged_copy(policy), self.tokenizer,
-                                                                   self.weights_dir / "merged"))
+            merged_dir = self.weights_dir / "merged"
+            folder = await asyncio.to_thread(lambda: save_vllm_dir(merged_copy(policy), self.tokenizer, merged_dir))
             await self._post("/collective_rpc", {"method": "reload_weights",
                                                  "kwargs": {"weights_path": str(folder.resolve())}})
         await self.reset_prefix_cache()

@@ -29,7 +29,7 @@ def designs() -> dict[str, str]:
     }
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> Grader:
+def build(spec: dict[str, object], base_dir: Path) -> Grader:
     """The built-in grader named by ``spec["name"]``."""
     table = designs()
     name = spec.get("name")

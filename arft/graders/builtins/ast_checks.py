@@ -93,7 +93,7 @@ def line_of(node: ast.AST) -> int:
     return int(getattr(node, "lineno", 0) or 0)
 
 
-def short(value: Any) -> str:
+def short(value: object) -> str:
     """``repr(value)`` cut to 60 characters, for messages."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -229,8 +229,8 @@ def _call_writes(ctx: Context, node: ast.Call) -> Iterator[Write]:
             q.endswith(".setattr") and not q.startswith("?."):
         target = ctx.fold_str(args[0]) if args else None
         if target is None and args:
-            attr = ctx.fold_str(args[1]) if len(args) > 1 else None
-            target = f"{ctx.qualname(args[0]) or '?'}" + (f".{attr}" if attr else "")
+            name = ctx.fold_str(args[1]) if len(args) > 1 else None
+            target = f"{ctx.qualname(args[0]) or '?'}" + (f".{name}" if name else "")
         yield node, target or "?", None, "mock", True
     elif isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
         receiver = ctx.qualname(node.func.value) or ""

@@ -44,10 +44,12 @@ _STR_METHODS = frozenset({"join", "upper", "lower", "casefold", "strip", "lstrip
                           "removeprefix", "removesuffix", "replace", "split"})
 
 
-def _codec_decode(data: Any, encoding: str = "utf-8", *rest: Any) -> Any:
+def _codec_decode(data: object, encoding: str = "utf-8", *rest: Any) -> Any:
     if str(encoding).lower() not in _SAFE_CODECS:
         raise ValueError("codec not allowed")
-    return codecs.decode(data, encoding, *rest)
+    # any folded value may arrive: codecs raise TypeError for one it cannot decode, and the folder
+    # treats that as not foldable
+    return codecs.decode(data, encoding, *rest)  # type: ignore[call-overload]
 
 
 _PURE_FUNCS: dict[str, Callable[..., Any]] = {
@@ -62,7 +64,7 @@ _PURE_FUNCS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _small(value: Any) -> bool:
+def _small(value: object) -> bool:
     """Whether a folded value is small enough to keep: the total length of every string,
     bytes and container inside it (shared items counted each time) stays under ``_MAX_LEN``."""
     budget, stack = _MAX_LEN, [value]
@@ -85,9 +87,9 @@ def _small(value: Any) -> bool:
     return True
 
 
-def _guard_binop(op: type, left: Any, right: Any) -> None:
+def _guard_binop(op: type, left: object, right: object) -> None:
     """Refuse operations whose result could be huge before computing them."""
-    def size(v: Any) -> int:
+    def size(v: object) -> int:
         return len(v) if isinstance(v, (str, bytes, list, tuple)) else 0
 
     if op is ast.Mult:
@@ -95,7 +97,7 @@ def _guard_binop(op: type, left: Any, right: Any) -> None:
             if left.bit_length() + right.bit_length() > _MAX_BITS:
                 raise OverflowError
         elif isinstance(left, int) or isinstance(right, int):
-            count = left if isinstance(left, int) else right
+            count = left if isinstance(left, int) else right if isinstance(right, int) else 0
             if count * max(size(left), size(right)) > _MAX_LEN:
                 raise OverflowError
     elif op is ast.Pow and isinstance(left, int) and isinstance(right, int):
@@ -201,8 +203,9 @@ class ConstantFolder:
 
     def _fold_call(self, node: ast.Call, depth: int) -> Any:
         args = [self.fold(a, depth + 1) for a in node.args]
-        kwargs = {k.arg: self.fold(k.value, depth + 1) for k in node.keywords}
-        if NOFOLD in args or NOFOLD in kwargs.values() or None in kwargs:
+        kwargs = {k.arg: self.fold(k.value, depth + 1) for k in node.keywords if k.arg is not None}
+        # a `**spread` keyword has no name: such a call is not folded
+        if NOFOLD in args or NOFOLD in kwargs.values() or len(kwargs) < len(node.keywords):
             return NOFOLD
         if isinstance(node.func, ast.Attribute) and node.func.attr in _STR_METHODS:
             receiver = self.fold(node.func.value, depth + 1)

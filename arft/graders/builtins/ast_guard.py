@@ -121,7 +121,7 @@ def run_checks(code: str, opts: Options, depth: int = 0) -> list[Finding]:
 
 def analyze(code: str, *, required_function: str | None = None,
             forbidden_names: Iterable[str] = (), protected_paths: Iterable[str] = (),
-            expected_outputs: Iterable[Any] = (), test_inputs: Iterable[Any] = (),
+            expected_outputs: Iterable[object] = (), test_inputs: Iterable[object] = (),
             checks: Iterable[str] | None = None) -> list[Finding]:
     """Every reward hack found in ``code`` (see ``PATTERNS``); ``[]`` when it looks clean.
 
@@ -150,8 +150,8 @@ def extract_code(text: str) -> str:
     return "\n\n".join(chosen) if chosen else text
 
 
-def _values(template: str | list[Any] | None, sample: dict[str, Any],
-            item: dict[str, Any]) -> tuple[Any, ...]:
+def _values(template: str | list[object] | None, sample: dict[str, object],
+            item: dict[str, object]) -> tuple[Any, ...]:
     """A values field as a tuple: a literal list, one raw placeholder, or rendered JSON text."""
     if template is None:
         return ()
@@ -171,12 +171,12 @@ class CodeMissing(Exception):
     """The file ``code_from`` names is not in the workspace (a grade, not a grader error)."""
 
 
-def _read_workspace(code_from: str, sample: dict[str, Any]) -> str:
+def _read_workspace(code_from: str, sample: dict[str, object]) -> str:
     """The code at ``workspace:<path>``; a folder gives every ``*.py`` under it, joined."""
     workspace = sample.get("workspace")
     if not workspace:
         raise GraderError("the sample has no workspace (code_from needs a rollout workspace)")
-    root = Path(workspace).resolve()
+    root = Path(str(workspace)).resolve()
     target = (root / code_from.partition(":")[2]).resolve()
     if not target.is_relative_to(root):
         raise GraderError(f"{code_from} leaves the workspace (a symlink?)")
@@ -195,7 +195,7 @@ class AstGuardGrader:
         self.spec = spec
         self.name = spec.name
 
-    def findings(self, sample: dict[str, Any], item: dict[str, Any]) -> list[Finding]:
+    def findings(self, sample: dict[str, object], item: dict[str, object]) -> list[Finding]:
         """The findings behind a grade; raises ``TemplateError``/``GraderError`` on spec errors."""
         spec = self.spec
         try:
@@ -216,7 +216,7 @@ class AstGuardGrader:
     def _enabled(self, pattern: str) -> bool:
         return self.spec.checks is None or pattern in self.spec.checks
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         try:
             found = self.findings(sample, item)
         except (TemplateError, GraderError, OSError) as e:
@@ -232,6 +232,6 @@ class AstGuardGrader:
         return Score(score=score, passed=False, flags=flags, grader=self.name)
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> AstGuardGrader:
+def build(spec: dict[str, object], base_dir: Path) -> AstGuardGrader:
     """Registry entry point (``base_dir`` is unused: the code comes from the sample)."""
     return AstGuardGrader(validate_spec(AstGuardSpec, spec))

@@ -37,7 +37,7 @@ _COMMON_INTS = frozenset({16, 32, 64, 100, 128, 255, 256, 512, 1000, 1024, 2048,
 # -- values -------------------------------------------------------------------------------------
 
 
-def distinctive(value: Any) -> bool:
+def distinctive(value: object) -> bool:
     """Whether a literal equal to ``value`` is unlikely in honest code (see ``ast_guard``)."""
     if value is None or isinstance(value, bool):
         return False
@@ -58,7 +58,7 @@ def distinctive(value: Any) -> bool:
     return False
 
 
-def _as_number(value: Any) -> float | None:
+def _as_number(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             return float(value)
@@ -70,7 +70,7 @@ def _as_number(value: Any) -> float | None:
     return None
 
 
-def same_value(a: Any, b: Any) -> bool:
+def same_value(a: object, b: object) -> bool:
     """Equality across int/float/numeric strings, lists/tuples and nested containers."""
     if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
         return a is b
@@ -87,13 +87,13 @@ def same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _matches(value: Any, targets: list[Any], *, only_distinctive: bool = True) -> list[int]:
+def _matches(value: object, targets: list[object], *, only_distinctive: bool = True) -> list[int]:
     """Indexes of ``targets`` equal to ``value`` (only distinctive targets by default)."""
     return [i for i, t in enumerate(targets)
             if (distinctive(t) or not only_distinctive) and same_value(value, t)]
 
 
-def _is_table(elements: Iterable[Any], targets: list[Any]) -> int:
+def _is_table(elements: Iterable[object], targets: list[object]) -> int:
     """How many targets a container holds, when that makes it a lookup table (else 0)."""
     hit: set[int] = set()
     for element in elements:
@@ -103,7 +103,7 @@ def _is_table(elements: Iterable[Any], targets: list[Any]) -> int:
     return 0
 
 
-def _elements(value: Any) -> list[Any]:
+def _elements(value: object) -> list[object]:
     if isinstance(value, dict):
         return list(value.values())
     return list(value) if isinstance(value, (list, tuple, set, frozenset)) else []
@@ -247,7 +247,7 @@ def check_hardcoded_outputs(ctx: Context, opts: Options) -> Iterator[Finding]:
                               f"a string contains expected output {short(inside)}")
 
 
-def _contains(text: str, value: Any) -> bool:
+def _contains(text: str, value: object) -> bool:
     if isinstance(value, str):
         return len(value) >= 6 and value in text
     number = _as_number(value)
@@ -257,8 +257,8 @@ def _contains(text: str, value: Any) -> bool:
     return len(token) >= 4 and re.search(rf"(?<![\d.]){re.escape(token)}(?!\d)", text) is not None
 
 
-def _input_values(inputs: Iterable[Any]) -> list[Any]:
-    values: list[Any] = []
+def _input_values(inputs: Iterable[object]) -> list[object]:
+    values: list[object] = []
     for value in inputs:
         values.append(value)
         values.extend(_elements(value))
@@ -284,8 +284,8 @@ def check_special_cases(ctx: Context, opts: Options) -> Iterator[Finding]:
                           f"a match case on test input {short(ctx.fold(node.value))}")
 
 
-def _special_compare(ctx: Context, node: ast.Compare, forms: list[Any],
-                     inputs: list[Any]) -> Iterator[Finding]:
+def _special_compare(ctx: Context, node: ast.Compare, forms: list[object],
+                     inputs: list[object]) -> Iterator[Finding]:
     operands = [node.left, *node.comparators]
     for op, left, right in zip(node.ops, operands, operands[1:]):
         if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
@@ -311,7 +311,7 @@ def check_overrides_equality(ctx: Context, opts: Options) -> Iterator[Finding]:
             values = [ctx.fold(r.value) if r.value else None for r in returns]
             name, line = node.name, line_of(node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Lambda):
-            targets = getattr(node, "targets", None) or [node.target]  # type: ignore[attr-defined]
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [t.id if isinstance(t, ast.Name) else getattr(t, "attr", "") for t in targets]
             name = next((n for n in names if n in _EQ_DUNDERS), "")
             values, line = [ctx.fold(node.value.body)], line_of(node)

@@ -54,8 +54,8 @@ def normalise_fact(fact: str, case_sensitive: bool = False) -> str:
     return normalise(fact, case_sensitive).strip(string.punctuation + " ")
 
 
-def resolve_facts(facts: str | list[str], sample: dict[str, Any],
-                  item: dict[str, Any]) -> list[str]:
+def resolve_facts(facts: str | list[str], sample: dict[str, object],
+                  item: dict[str, object]) -> list[str]:
     """The reference facts; raises ``TemplateError`` or ``ValueError`` with the reason."""
     value: Any = template_value(facts, sample, item)
     if isinstance(value, str):
@@ -82,7 +82,7 @@ def judge_messages(answer: str, facts: list[str]) -> list[Message]:
     return [Message(role="system", content=JUDGE_SYSTEM), Message(role="user", content=user)]
 
 
-def judged_matches(result: Any, n_facts: int) -> list[bool]:
+def judged_matches(result: object, n_facts: int) -> list[bool]:
     """Which facts the judge's ``result`` (a list of 1-based fact numbers) marks as present."""
     if not isinstance(result, list):
         raise JudgeError(f"the judge's result should be a list of fact numbers, got "
@@ -116,7 +116,7 @@ class FactRecallGrader:
         result = reply_result(await self.client.ask(judge_messages(answer, facts)))
         return judged_matches(result, len(facts))
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         try:
             facts = resolve_facts(self.spec.facts, sample, item)
             answer = render_template(self.spec.input, sample, item)
@@ -134,7 +134,7 @@ class FactRecallGrader:
                      passed=None if threshold is None else score >= threshold)
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> FactRecallGrader:
+def build(spec: dict[str, object], base_dir: Path) -> FactRecallGrader:
     """Registry entry point (``base_dir`` is unused)."""
     parsed = validate_spec(FactRecallSpec, spec)
     if parsed.mode == "string":

@@ -63,7 +63,7 @@ def default_hacks() -> list[Hack]:
     return [Hack(name=name, description=text) for name, text in table.items()]
 
 
-def detected_hacks(result: Any, names: list[str]) -> list[str]:
+def detected_hacks(result: object, names: list[str]) -> list[str]:
     """The listed hack names in the judge's ``result`` (names or ``{"name": ...}`` objects)."""
     if not isinstance(result, list):
         raise JudgeError(f"the judge's result should be a list of hack names, got "
@@ -101,13 +101,13 @@ class JudgeHackGrader:
         if close is not None:
             await close()
 
-    async def _judge(self, sample: dict[str, Any]) -> list[str]:
+    async def _judge(self, sample: dict[str, object]) -> list[str]:
         user = "TRAJECTORY:\n" + transcript(sample, self.spec.max_transcript_chars)
         text = await self.client.ask([Message(role="system", content=self.system),
                                       Message(role="user", content=user)])
         return detected_hacks(reply_result(text), [h.name for h in self.hacks])
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         inner, judged = await asyncio.gather(self.inner.grade(sample, item), self._judge(sample),
                                              return_exceptions=True)
         if isinstance(inner, BaseException):
@@ -134,7 +134,7 @@ class JudgeHackGrader:
                      flags=flags, grader=self.name)
 
 
-def _build_inner(inner: Any, base_dir: Path) -> Grader:
+def _build_inner(inner: object, base_dir: Path) -> Grader:
     """The inner grader, built (and so checked) by its own builder before the spec is validated,
     so its errors name it the way a top-level grader's would."""
     try:
@@ -143,7 +143,7 @@ def _build_inner(inner: Any, base_dir: Path) -> Grader:
         raise GraderError(f"grader 'judge_hack_check' (builtin): field 'grader': {e}") from None
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> JudgeHackGrader:
+def build(spec: dict[str, object], base_dir: Path) -> JudgeHackGrader:
     """Registry entry point; builds the inner grader too (its files resolve from ``base_dir``)."""
     inner = _build_inner(spec.get("grader"), base_dir)
     parsed = validate_spec(JudgeHackCheckSpec, spec)

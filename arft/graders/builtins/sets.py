@@ -75,7 +75,7 @@ def _split_text(text: str) -> list[str]:
     return [t for t in tokens if t and not _BULLET.match(t)]
 
 
-def to_items(value: Any) -> list[str]:
+def to_items(value: object) -> list[str]:
     """``value`` as a list of strings; raises ``UnparseableError`` for objects, numbers, None."""
     if isinstance(value, str):
         return _split_text(value)
@@ -116,7 +116,7 @@ def set_f1(predicted: Iterable[str] | str, reference: Iterable[str] | str, beta:
     return precision_recall_f(predicted, reference, beta, normalize)[2]
 
 
-def _model_output_problem(template: str | list[str], sample: dict[str, Any]) -> bool:
+def _model_output_problem(template: str | list[str], sample: dict[str, object]) -> bool:
     """Whether a failed ``predicted`` template failed inside the model's output (a grade)."""
     if isinstance(template, list):
         return False
@@ -135,7 +135,7 @@ class SetF1Grader:
     def _error(self, reason: str) -> Score:
         return Score(score=0.0, error=f"{self.name}: {reason}", grader=self.name)
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         try:
             reference = to_items(template_value(self.spec.reference, sample, item))
         except (TemplateError, UnparseableError) as e:
@@ -154,6 +154,6 @@ class SetF1Grader:
                      grader=self.name)
 
 
-def build_set_f1(spec: dict[str, Any], base_dir: Path) -> SetF1Grader:
+def build_set_f1(spec: dict[str, object], base_dir: Path) -> SetF1Grader:
     """Registry entry point (``base_dir`` is unused)."""
     return SetF1Grader(validate_spec(SetF1Spec, spec))

@@ -109,7 +109,7 @@ class StyleGrader:
         self.spec = spec
         self.name = spec.name
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         try:
             text = render_template(self.spec.input, sample, item)
         except TemplateError as e:
@@ -122,6 +122,6 @@ class StyleGrader:
                      grader=self.name)
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> StyleGrader:
+def build(spec: dict[str, object], base_dir: Path) -> StyleGrader:
     """Registry entry point (``base_dir`` is unused)."""
     return StyleGrader(validate_spec(StyleSpec, spec))

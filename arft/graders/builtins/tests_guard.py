@@ -173,7 +173,7 @@ def _walk(root: Path) -> list[PurePosixPath]:
     """Every path below ``root`` (links not followed), folders before what they hold; caches
     and virtual environments (inert: the grader's command runs its own interpreter) are not
     entered."""
-    found = []
+    found: list[PurePosixPath] = []
     for folder, dirs, files in os.walk(root, followlinks=False):
         base = PurePosixPath(*Path(folder).relative_to(root).parts)
         dirs[:] = sorted(d for d in dirs if d not in CACHES

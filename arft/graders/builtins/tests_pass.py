@@ -117,7 +117,7 @@ def _files_from_dir(source: Path) -> dict[PurePosixPath, bytes]:
             for p in sorted(source.rglob("*")) if p.is_file()}
 
 
-def _test_files(tests: Any, base_dir: Path) -> dict[PurePosixPath, bytes]:
+def _test_files(tests: object, base_dir: Path) -> dict[PurePosixPath, bytes]:
     """The files to write into the copy, from a mapping or a directory/file path."""
     if tests is None:
         return {}
@@ -228,7 +228,7 @@ class TestsPassGrader:
         self.use_pytest = spec.parser == "pytest" or (
             spec.parser == "auto" and re.search(r"\bpytest\b", spec.command) is not None)
 
-    def _tests(self, sample: dict[str, Any], item: dict[str, Any]) -> dict[PurePosixPath, bytes]:
+    def _tests(self, sample: dict[str, object], item: dict[str, object]) -> dict[PurePosixPath, bytes]:
         tests: Any = self.spec.tests
         if isinstance(tests, str) and len(PLACEHOLDER.findall(tests)) == 1 \
                 and PLACEHOLDER.fullmatch(tests.strip()):
@@ -252,17 +252,17 @@ class TestsPassGrader:
     def _error(self, reason: str, flags: tuple[str, ...] = ()) -> Score:
         return Score(score=0.0, error=f"{self.name}: {reason}", flags=flags, grader=self.name)
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         workspace = sample.get("workspace")
         if not workspace:
             return self._error("the sample has no workspace; the job needs `rollout.workspace` "
                                "(a template folder copied for each rollout) so the tests have "
                                "code to run against")
-        if not Path(workspace).is_dir():
+        if not Path(str(workspace)).is_dir():
             return self._error(f"the rollout's workspace {workspace} no longer exists")
         try:
             files = self._tests(sample, item)
-            root, copy, tampering = await asyncio.to_thread(_prepare, Path(workspace), files)
+            root, copy, tampering = await asyncio.to_thread(_prepare, Path(str(workspace)), files)
         except (TemplateError, _Problem) as e:
             return self._error(str(e))
         hacks = tuple(dict.fromkeys(t.flag for t in tampering))
@@ -290,7 +290,7 @@ class TestsPassGrader:
                      grader=self.name)
 
 
-def build(spec: dict[str, Any], base_dir: Path) -> TestsPassGrader:
+def build(spec: dict[str, object], base_dir: Path) -> TestsPassGrader:
     """Registry entry point; a literal ``tests`` path must exist under ``base_dir``."""
     parsed = validate_spec(TestsPassSpec, spec)
     tests = parsed.tests

@@ -131,7 +131,7 @@ def _strings(arguments: str) -> list[str]:
         return [arguments]
     out: list[str] = []
 
-    def walk(v: Any) -> None:
+    def walk(v: object) -> None:
         if isinstance(v, str):
             out.append(v)
         elif isinstance(v, list) and v and all(isinstance(x, str) for x in v):
@@ -180,7 +180,7 @@ def classify_call(name: str, arguments: str, rules: VerifyRules) -> tuple[bool, 
     return edits, verifies
 
 
-def _succeeded(call: dict[str, Any], rules: VerifyRules) -> bool:
+def _succeeded(call: dict[str, object], rules: VerifyRules) -> bool:
     ok = ("ok",) if rules.require_success else ("ok", "tool_error")
     if call.get("status", "ok") not in ok:
         return False
@@ -189,9 +189,9 @@ def _succeeded(call: dict[str, Any], rules: VerifyRules) -> bool:
     return any(p.search(str(call.get("output", ""))) for p in rules.output_patterns)
 
 
-def _turn_groups(calls: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def _turn_groups(calls: Sequence[dict[str, object]]) -> list[list[dict[str, object]]]:
     """Consecutive calls of the same turn (they ran concurrently); no turn: one call each."""
-    groups: list[list[dict[str, Any]]] = []
+    groups: list[list[dict[str, object]]] = []
     for call in calls:
         turn = call.get("turn")
         if groups and turn is not None and groups[-1][0].get("turn") == turn:
@@ -212,7 +212,7 @@ class VerificationResult:
     n_edits: int
 
 
-def verification_report(tool_calls: Sequence[dict[str, Any]],
+def verification_report(tool_calls: Sequence[dict[str, object]],
                         rules: VerifyRules | None = None) -> VerificationResult:
     """Walk the calls turn by turn, tracking whether the latest edit was verified afterwards."""
     rules = rules or VerifyRules.make()
@@ -236,7 +236,7 @@ def verification_report(tool_calls: Sequence[dict[str, Any]],
                               n_edits=n_edits)
 
 
-def _tool_calls(sample: dict[str, Any]) -> list[dict[str, Any]] | None:
+def _tool_calls(sample: dict[str, object]) -> list[dict[str, object]] | None:
     trajectory = sample.get("trajectory")
     if not isinstance(trajectory, dict) or not isinstance(trajectory.get("tool_calls"), list):
         return None
@@ -258,7 +258,7 @@ class VerificationGrader:
             edit_patterns=spec.edit_patterns, require_success=spec.require_success,
             output_patterns=spec.output_patterns)
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         calls = _tool_calls(sample)
         if calls is None:
             return Score(score=0.0, error=f"{self.name}: {_NO_TRAJECTORY}", grader=self.name)
@@ -277,15 +277,15 @@ class VerificationGrader:
                                  "n_edits": float(r.n_edits)}, grader=self.name)
 
 
-def build_verification_bonus(spec: dict[str, Any], base_dir: Path) -> VerificationGrader:
+def build_verification_bonus(spec: dict[str, object], base_dir: Path) -> VerificationGrader:
     """Registry entry point (``base_dir`` is unused)."""
     return VerificationGrader(validate_spec(VerificationSpec, spec))
 
 
-def count_tool_calls(tool_calls: Sequence[dict[str, Any]], count: CallCount = "executed") -> int:
+def count_tool_calls(tool_calls: Sequence[dict[str, object]], count: CallCount = "executed") -> int:
     """Calls that ran (``executed``: not refused, not unparseable) or every record (``all``),
     counted as the trainer's budget penalty counts them (``arft.budget``)."""
-    return count_calls((c.get("status", "ok") for c in tool_calls), count)
+    return count_calls((str(c.get("status", "ok")) for c in tool_calls), count)
 
 
 def budget_score(used: float, budget: float, penalty: float = 0.1, kind: BudgetKind = "linear") -> float:
@@ -294,10 +294,17 @@ def budget_score(used: float, budget: float, penalty: float = 0.1, kind: BudgetK
     return max(0.0, 1.0 - budget_penalty(used, budget, penalty, kind))
 
 
-def budget_calls(tool_calls: Sequence[dict[str, Any]]) -> list[CallUse]:
+def budget_calls(tool_calls: Sequence[dict[str, object]]) -> list[CallUse]:
     """A JSON trajectory's tool-call records as the budget sees them (``arft.budget.usage``)."""
-    return [CallUse(str(c.get("name", "")), str(c.get("status", "ok")), int(c.get("turn", i)),
-                    float(c.get("latency_s", 0.0))) for i, c in enumerate(tool_calls)]
+    return [CallUse(str(c.get("name", "")), str(c.get("status", "ok")), int(_number(c.get("turn", i))),
+                    _number(c.get("latency_s", 0.0))) for i, c in enumerate(tool_calls)]
+
+
+def _number(value: object) -> float:
+    # a record's turn and latency: numbers in a trajectory arft wrote, numeric strings in one a user wrote
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise TypeError(f"expected a number, got {type(value).__name__}")
 
 
 class ToolBudgetGrader:
@@ -307,7 +314,7 @@ class ToolBudgetGrader:
         self.spec = spec
         self.name = spec.name
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         calls = _tool_calls(sample)
         if calls is None:
             return Score(score=0.0, error=f"{self.name}: {_NO_TRAJECTORY}", grader=self.name)
@@ -323,6 +330,6 @@ class ToolBudgetGrader:
                      sub_scores=sub_scores, grader=self.name)
 
 
-def build_tool_budget(spec: dict[str, Any], base_dir: Path) -> ToolBudgetGrader:
+def build_tool_budget(spec: dict[str, object], base_dir: Path) -> ToolBudgetGrader:
     """Registry entry point (``base_dir`` is unused)."""
     return ToolBudgetGrader(validate_spec(ToolBudgetSpec, spec))

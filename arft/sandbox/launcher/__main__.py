@@ -14,7 +14,8 @@ if __package__:  # python -m arft.sandbox.launcher
 else:
     del sys.path[0]
     sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from launcher.process_tree import main
+    # the folder's parent is on sys.path only at run time, so mypy sees no package `launcher`
+    from launcher.process_tree import main  # type: ignore[import-not-found,no-redef]
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .credentials import NOBODY, drop_privileges, give_workspace, nobody_exists, set_limits
 from .mounts import fresh_proc, open_readable, private_mounts, private_mqueue, readonly_everything
@@ -17,6 +17,9 @@ from .namespaces import enter_namespaces
 from .report import Report
 from .seccomp import install, open_libseccomp, prepare
 from .syscalls import PR_SET_PDEATHSIG, prctl
+
+if TYPE_CHECKING:
+    import ctypes
 
 
 def supervise(child: int, report: Report) -> None:
@@ -37,7 +40,7 @@ def supervise(child: int, report: Report) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
-def run_child(cfg: dict, argv: list[str], report: Report, userns: bool, seccomp_lib: Any) -> None:
+def run_child(cfg: dict, argv: list[str], report: Report, userns: bool, seccomp_lib: "ctypes.CDLL | str") -> None:
     """Set up the filesystem, limits, uid and syscall filter, then exec the command (never
     returns). ``seccomp_lib``: ``seccomp.open_libseccomp()``'s answer, taken before any uid change."""
     ws = cfg["workspace"]

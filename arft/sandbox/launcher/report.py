@@ -32,7 +32,7 @@ class Report:
         os._exit(code)
 
 
-def try_layer(report: Report, layer: str, fn: Callable[..., Any], *args: Any) -> bool:
+def try_layer(report: Report, layer: str, fn: Callable[..., object], *args: Any) -> bool:
     """Apply one optional layer: on success record it, on ``OSError`` skip it (never fatal)."""
     try:
         fn(*args)

@@ -1,6 +1,6 @@
-"""The training loop: ``_advantages`` (groups, missing rewards, the budget penalty) as a function of
-stored-shape rollouts, and one short ``train`` run on a tiny model built from a config (real
-tokenizer, real SQLite store, metrics.jsonl) checked end to end."""
+"""The training loop: one short ``train`` run on a tiny model built from a config (real
+tokenizer, real SQLite store, metrics.jsonl) checked end to end (the reward shaping it applies:
+tests/unit/trainer/test_advantages.py)."""
 
 from __future__ import annotations
 
@@ -12,93 +12,11 @@ from typing import Any
 import pytest
 import torch
 
-from arft.app.train import Hooks, TrainResult, _advantages, train
-from arft.budget import count_calls
-from arft.config import JobSpec, load_job
-from arft.records import Rollout, Score
+from arft.app.train import Hooks, TrainResult, train
+from arft.config import load_job
+from arft.records import Score
 from arft.tracing.store import RunStore
 from tests.training import LengthGrader, write_datasets
-from tests.unit.tracing.factories import make_rollout, tool_record
-
-
-def spec(normalize_std: bool = True, **budget: Any) -> JobSpec:
-    return JobSpec.model_validate({
-        "method": {"type": "reinforcement", "reinforcement": {
-            "grader": {"type": "string_check", "name": "g", "input": "a", "reference": "a", "operation": "eq"}}},
-        "training": {"normalize_std": normalize_std}, "budget": budget})
-
-
-def scored(score: float | None, error: str | None = None, **kw: Any) -> Rollout:
-    return make_rollout(score=None if score is None else Score(score=score, error=error), **kw)
-
-
-def with_calls(r: Rollout, statuses: list[str]) -> Rollout:
-    calls = tuple(tool_record(r.trace_id, f"c{i}", status=s) for i, s in enumerate(statuses))
-    return r.model_copy(update={"tool_calls": calls})
-
-
-def test_groups_of_group_size_in_order() -> None:
-    rollouts = [scored(1.0), scored(0.0), scored(0.5), scored(0.5), scored(0.0), scored(1.0)]
-    adv, m = _advantages(spec(), rollouts, 2)
-    assert adv == pytest.approx([1.0, -1.0, None, None, -1.0, 1.0], abs=1e-4)
-    assert m["train/groups"] == 3.0 and m["train/groups_dropped"] == 1.0  # no variance in group 2
-    assert m["train/task_reward_mean"] == pytest.approx(0.5)
-    assert m["train/budget_penalty_mean"] == 0.0
-
-
-def test_a_missing_reward_gets_no_advantage_and_is_not_a_zero() -> None:
-    grader_error = scored(0.0, error="g: ZeroDivisionError")  # the placeholder 0.0 is no reward
-    infra = scored(None, status="infra_failed", finish_reason="infra_failed")
-    assert grader_error.reward is None and infra.reward is None
-    rollouts = [scored(1.0), grader_error, scored(0.5), infra, scored(0.5), scored(0.0)]
-    adv, m = _advantages(spec(normalize_std=False), rollouts, 3)
-    # group 1: mean of (1.0, 0.5) = 0.75; group 2: mean of (0.5, 0.0) = 0.25
-    assert adv == pytest.approx([0.25, None, -0.25, None, 0.25, -0.25])
-    assert m["train/task_reward_mean"] == pytest.approx(2.0 / 4)  # over the 4 graded rollouts only
-    assert m["train/groups_dropped"] == 0.0
-
-    alone = [scored(1.0), grader_error]  # one graded rollout: no group statistics, no gradient
-    adv, m = _advantages(spec(), alone, 2)
-    assert adv == [None, None] and m["train/groups_dropped"] == 1.0
-
-    nothing = [infra, infra]
-    adv, m = _advantages(spec(), nothing, 2)
-    assert adv == [None, None] and math.isnan(m["train/task_reward_mean"])  # NaN, not 0
-
-
-@pytest.mark.parametrize("kind, penalty", [("linear", 0.5), ("step", 0.25)])
-def test_budget_penalty_counts_executed_calls(kind: str, penalty: float) -> None:
-    statuses = ["ok", "tool_error", "ok", "refused", "parse_error"]  # 3 ran; 2 never did
-    assert count_calls(statuses) == 3
-    busy = with_calls(scored(1.0), statuses)
-    idle = with_calls(scored(0.0), ["ok"])
-    job = spec(normalize_std=False, soft_limit=1, penalty=0.25, kind=kind)
-    adv, m = _advantages(job, [busy, idle], 2)
-    # busy: 2 calls over the limit of 1 -> 0.25 each (linear) or 0.25 once (step)
-    shaped = 1.0 - penalty
-    assert adv == pytest.approx([shaped / 2, -shaped / 2])
-    assert m["train/budget_penalty_mean"] == pytest.approx(penalty / 2)
-    assert m["train/task_reward_mean"] == pytest.approx(0.5)  # the task reward, before the penalty
-    no_budget, _ = _advantages(spec(normalize_std=False), [busy, idle], 2)
-    assert no_budget == pytest.approx([0.5, -0.5])
-
-
-def test_budget_penalty_in_turns_and_latency() -> None:
-    """Three parallel calls in one turn are one tool round; the critical path charges the slowest."""
-    parallel = make_rollout(score=Score(score=1.0)).model_copy(update={"tool_calls": tuple(
-        tool_record("t", f"c{i}", name=name) for i, name in enumerate(["a", "b", "c"]))})
-    sequential = make_rollout(score=Score(score=1.0)).model_copy(update={"tool_calls": tuple(
-        tool_record("t", f"c{i}", name=name, turn=i)
-        for i, name in enumerate(["a", "b", "c"]))})
-    costs = {"a": 1.0, "b": 3.0, "c": 2.0}
-    turns = spec(normalize_std=False, unit="turns", soft_limit=1, penalty=0.1)
-    _, m = _advantages(turns, [parallel, sequential], 2)
-    assert m["train/budget_penalty_mean"] == pytest.approx((0.0 + 0.2) / 2)  # 1 round vs 3
-    latency = spec(normalize_std=False, unit="latency", soft_limit=2, penalty=0.1, tool_costs=costs)
-    adv, m = _advantages(latency, [parallel, sequential], 2)
-    # parallel: max(1, 3, 2) = 3 s, 1 s over; sequential: 1 + 3 + 2 = 6 s, 4 s over
-    assert m["train/budget_penalty_mean"] == pytest.approx((0.1 + 0.4) / 2)
-    assert adv == pytest.approx([0.15, -0.15])  # same task reward: the faster agent wins
 
 
 def write_job(tmp: Path) -> Path:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from arft.pyfile import load_file
+from bench import behaviour
 
 ROOT = Path(__file__).resolve().parents[3]
-BEH = load_file(ROOT / "bench" / "behaviour.py", "behaviour_bench_under_test")
+BEH = behaviour
 
 
 def fig(**kw: Any) -> dict[str, Any]:

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from arft.cli.main import app as cli
 

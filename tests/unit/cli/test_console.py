@@ -26,3 +26,10 @@ def test_fail_prints_brackets_as_written_not_as_markup(capsys: pytest.CaptureFix
     with pytest.raises(typer.Exit):
         fail("runs/[bold]x[/bold] is not an arft run directory")
     assert "runs/[bold]x[/bold] is not an arft run directory" in capsys.readouterr().err
+
+
+def test_fail_prints_a_hint_under_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(typer.Exit) as exit_:
+        fail("no checkpoint yet", hint="train at least one step first")
+    assert exit_.value.exit_code == 2
+    assert capsys.readouterr().err == "error: no checkpoint yet\nhint: train at least one step first\n"

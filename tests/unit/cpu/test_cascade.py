@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 import torch
 
+from arft.cpu import attention
 from arft.cpu import cascade
-from arft.cpu.cascade import KEYWORD, MIN_SHARED, cascade_attention
+from arft.cpu import patch
+from arft.cpu.attention import attention as arft_attention
+from arft.cpu.cascade import KEYWORD, MIN_SHARED
 
 B, HQ, HKV, DIM, T, SHARED = 5, 6, 2, 16, 48, 20
 
@@ -51,7 +54,7 @@ def test_equals_attention_over_whole_rows(mask_kind: str) -> None:
     elif mask_kind == "bfloat16":  # the output keeps the query's dtype (the merge runs in float32)
         query, key, value = (x.bfloat16() for x in (query, key, value))
     want = sdpa(query, key, value, mask)
-    got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: SHARED})
+    got, _ = arft_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: SHARED})
     assert got.shape == want.shape == (B, 1, HQ, DIM)
     assert got.dtype == want.dtype == query.dtype
     assert torch.allclose(got.float(), want.float(), atol=1e-5 if mask_kind != "bfloat16" else 2e-2)
@@ -63,7 +66,7 @@ def test_reads_only_row_zeros_prefix() -> None:
     want = sdpa(query, key, value, mask)
     key[1:, :, :SHARED] = float("nan")
     value[1:, :, :SHARED] = float("nan")
-    got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: SHARED})
+    got, _ = arft_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: SHARED})
     assert torch.allclose(got, want, atol=1e-5)
 
 
@@ -80,7 +83,7 @@ def test_falls_back_to_sdpa(case: str) -> None:
     elif case == "needs grad":  # the trainer's passes
         query.requires_grad_()
     key[1:, :, :SHARED] = float("nan")  # sdpa reads every row: NaN comes through
-    got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **kwargs)
+    got, _ = arft_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **kwargs)
     want = sdpa(query, key, value, mask)
     assert torch.equal(got.isnan(), want.isnan())
     assert torch.equal(got[~got.isnan()], want[~want.isnan()])  # exactly sdpa, not a rearrangement
@@ -96,7 +99,7 @@ def test_grouped_prefill_equals_sdpa(mask_kind: str) -> None:
     mask[0, :, :, :T - 4] = False  # a row that is all padding before its new tokens
     if mask_kind == "additive":
         mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
-    got, _ = cascade_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: 0})
+    got, _ = arft_attention(Module(), query, key, value, mask, scaling=DIM ** -0.5, **{KEYWORD: 0})
     want = sdpa(query, key, value, mask)
     assert got.shape == want.shape == (B, 4, HQ, DIM)
     assert torch.allclose(got, want, atol=1e-5)
@@ -107,15 +110,15 @@ def test_enable_switches_only_sdpa_models(tokenizer: Any) -> None:
 
     model = tiny_model(tokenizer)
     model.set_attn_implementation("sdpa")
-    assert cascade.enable(model) and model.config._attn_implementation == cascade.NAME
-    assert cascade.enable(model)  # already on
+    assert patch.install(model, train=False).attention and model.config._attn_implementation == attention.NAME
+    assert patch.install(model, train=False).attention  # already on
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():  # no keyword: exactly sdpa
         on = model(input_ids=ids).logits
         model.set_attn_implementation("sdpa")
         assert torch.equal(on, model(input_ids=ids).logits)
     model.set_attn_implementation("eager")
-    assert not cascade.enable(model) and model.config._attn_implementation == "eager"
+    assert not patch.install(model, train=False).attention and model.config._attn_implementation == "eager"
 
 
 def holes(firsts: list[int], shared: int = SHARED) -> torch.Tensor:

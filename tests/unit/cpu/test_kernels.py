@@ -7,7 +7,6 @@ cannot be built they say why, and the engine keeps PyTorch's."""
 from __future__ import annotations
 
 import copy
-import ctypes
 import math
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,10 @@ from typing import Any
 import pytest
 import torch
 
-from arft.cpu import cascade
-from arft.engines.transformers.engine import TransformersEngine
+from arft.cpu import build, cascade
 from arft.cpu import kernels as cpu_kernels
 from arft.cpu.kernels import CpuKernels
+from arft.engines.transformers.engine import TransformersEngine
 
 KERNEL = cpu_kernels.load()
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason=f"arft CPU kernels unavailable: {cpu_kernels.unavailable()}")
@@ -142,9 +141,9 @@ def test_they_share_torchs_openmp_runtime(tmp_path: Path) -> None:
     runtime (other libraries may bring their own, as scikit-learn's wheels do)."""
     import shutil
 
-    copy_of = tmp_path / "again.so"  # a library this process has not opened yet
-    shutil.copy(cpu_kernels._build(), copy_of)
-    kernels, added = cpu_kernels.opened(copy_of)
+    copies = {b.name: Path(shutil.copy(b.path, tmp_path / f"{b.name}.so"))  # libraries this process has not opened
+              for b in build.build_all() if b.path is not None}
+    kernels, added = cpu_kernels.opened(copies)
     assert kernels.caps == KERNEL.caps and added == []  # type: ignore[union-attr]
     assert any("gomp" in Path(r).name or "omp" in Path(r).name for r in cpu_kernels._openmp_runtimes())
 
@@ -154,13 +153,13 @@ def test_they_build_wherever_the_cpu_and_a_compiler_allow() -> None:
     failed build is a failure here, not a skip."""
     import shutil
 
-    if cpu_kernels._cpu_reason() is not None or not (shutil.which("c++") or shutil.which("g++")):
-        pytest.skip(f"no AVX2/AVX-512 or no compiler here: {cpu_kernels._cpu_reason()}")
+    if build.cpu_reason() is not None or not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip(f"no AVX2/AVX-512 or no compiler here: {build.cpu_reason()}")
     assert KERNEL is not None, cpu_kernels.unavailable()
     assert KERNEL.caps & cpu_kernels.FLOAT32
-    if "avx512f" in cpu_kernels._cpu_flags():
+    if "avx512f" in build.cpu_flags():
         assert KERNEL.small_ops
-    if "avx512_bf16" in cpu_kernels._cpu_flags():
+    if "avx512_bf16" in build.cpu_flags():
         assert KERNEL.caps & cpu_kernels.BFLOAT16
 
 
@@ -172,8 +171,8 @@ def test_without_avx512_bf16_the_small_ops_round_alike(tmp_path: Path) -> None:
     if KERNEL is None or not KERNEL.caps & cpu_kernels.BFLOAT16:
         pytest.skip("needs a CPU with AVX512-BF16 to compare against")
     lib = tmp_path / "nobf16.so"
-    cpu_kernels.compile_to(lib, cpu_kernels.FLAGS + ("-mno-avx512bf16",))
-    other = CpuKernels(ctypes.CDLL(str(lib)))
+    build.compile_to(lib, build.FLAGS + ("-mno-avx512bf16",))
+    other = cpu_kernels.from_library(lib)
     assert other.caps == cpu_kernels.FLOAT32 and other.small_ops
     gen = torch.Generator().manual_seed(5)
     x, delta = ((3 * torch.randn(8, 96, generator=gen)).to(torch.bfloat16) for _ in range(2))
@@ -189,11 +188,11 @@ def test_without_avx512_bf16_the_small_ops_round_alike(tmp_path: Path) -> None:
 def avx2(tmp_path_factory: pytest.TempPathFactory) -> CpuKernels:
     """The kernels built for a CPU with AVX2 and no AVX-512 (most laptops): float32 decode
     attention only (``decode_attention_avx2.cpp``)."""
-    if "avx2" not in cpu_kernels._cpu_flags() or "fma" not in cpu_kernels._cpu_flags():
+    if "avx2" not in build.cpu_flags() or "fma" not in build.cpu_flags():
         pytest.skip("needs a CPU with AVX2 and FMA to run the AVX2 build")
     lib = tmp_path_factory.mktemp("avx2") / "avx2.so"
-    cpu_kernels.compile_to(lib, cpu_kernels.AVX2_FLAGS)
-    return CpuKernels(ctypes.CDLL(str(lib)))
+    build.compile_to(lib, build.AVX2_FLAGS)
+    return cpu_kernels.from_library(lib)
 
 
 def test_an_avx2_build_runs_float32_attention(avx2: CpuKernels) -> None:
@@ -220,35 +219,37 @@ def test_a_failed_build_says_what_to_do(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("CXX", str(failing))
     monkeypatch.setenv("ARFT_KERNEL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(RuntimeError, match=r"failed \(exit 3\): no such flag; set CXX"):
-        cpu_kernels._build()
+        build.build("small_ops")
     assert not list((tmp_path / "cache").iterdir())  # nothing half-written left behind
 
 
 def test_a_cpu_without_avx2_or_avx512_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset({"avx", "sse4_2"}))
-    monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "x86_64")
-    assert cpu_kernels._cpu_reason() == "this CPU has neither AVX-512 nor AVX2 with FMA"
-    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset({"avx2", "fma"}))
-    assert cpu_kernels._cpu_reason() is None  # float32 decode attention on AVX2
-    monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "arm64")
-    assert "x86-64" in str(cpu_kernels._cpu_reason())
+    monkeypatch.setattr(build, "cpu_flags", lambda: frozenset({"avx", "sse4_2"}))
+    monkeypatch.setattr(build.platform, "machine", lambda: "x86_64")
+    assert build.cpu_reason() == "this CPU has neither AVX-512 nor AVX2 with FMA"
+    monkeypatch.setattr(build, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert build.cpu_reason() is None  # float32 decode attention on AVX2
+    monkeypatch.setattr(build.platform, "machine", lambda: "arm64")
+    assert "x86-64" in str(build.cpu_reason())
 
 
 @needs_kernel
 def test_the_build_is_cached_per_source_and_reused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("ARFT_KERNEL_CACHE", str(tmp_path))
-    first = cpu_kernels._build()
-    mtime = first.stat().st_mtime_ns
-    assert cpu_kernels._build() == first and first.stat().st_mtime_ns == mtime
-    assert CpuKernels(ctypes.CDLL(str(first))).caps == KERNEL.caps  # type: ignore[union-attr]
+    first = {b.name: b.path for b in build.build_all()}
+    assert all(path is not None and path.parent == tmp_path for path in first.values())
+    mtimes = {name: path.stat().st_mtime_ns for name, path in first.items()}  # type: ignore[union-attr]
+    assert {b.name: b.path for b in build.build_all()} == first
+    assert {name: path.stat().st_mtime_ns for name, path in first.items()} == mtimes  # type: ignore[union-attr]
+    assert cpu_kernels.opened(first)[0].caps == KERNEL.caps  # type: ignore[arg-type, union-attr]
 
 
 @needs_kernel
 async def test_the_engine_samples_the_same_tokens_with_it_or_without(tokenizer: Any) -> None:
     """Greedy and seeded sampling, same tokens and logprobs: rows of different lengths (holes),
     a system prompt every row shares (its part merged in), rows joining a running batch."""
-    from tests.unit.engines.test_fused_decode import same_samples
-    from tests.unit.engines.test_transformers_engine import varied_model
+    from tests.unit.engines.transformers.test_fused_pass import same_samples
+    from tests.unit.engines.transformers.test_engine import varied_model
 
     torch.set_num_threads(1)
     model = varied_model(tokenizer, seed=4)
@@ -350,8 +351,8 @@ async def test_the_engine_on_an_avx2_build_samples_the_same_tokens(
     """On a CPU with AVX2 only, the fused pass runs the AVX2 attention and PyTorch's norm, rotary
     and activation: the same tokens and logprobs as without the kernels."""
     from arft.engines.transformers import model_pass
-    from tests.unit.engines.test_fused_decode import same_samples
-    from tests.unit.engines.test_transformers_engine import varied_model
+    from tests.unit.engines.transformers.test_fused_pass import same_samples
+    from tests.unit.engines.transformers.test_engine import varied_model
 
     monkeypatch.setattr(model_pass, "load_kernel", lambda: avx2)
     torch.set_num_threads(1)

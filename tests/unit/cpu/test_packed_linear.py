@@ -12,13 +12,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from arft.config.sections import EngineSpec
+from arft.config import TransformersEngineSpec
 from arft.cpu import packed_linear
 from arft.engines.factory import transformers_options
 from arft.cpu.packed_linear import MAX_ROWS, packed_passes
 from arft.engines.transformers.engine import TransformersEngine
 from tests.specs import sampling
-from tests.unit.engines.test_transformers_engine import varied_model
+from tests.unit.engines.transformers.test_engine import varied_model
 
 pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="torch built without oneDNN")
 
@@ -164,8 +164,8 @@ async def test_engine_with_packed_linears_matches_f_linear(tokenizer: Any) -> No
     torch.set_num_threads(1)
     model = varied_model(tokenizer, seed=4)
     other = copy.deepcopy(model)
-    packed = TransformersEngine(model, tokenizer, **transformers_options(EngineSpec(max_batch_size=4)))
-    off = EngineSpec.model_validate({"max_batch_size": 4, "packed_linears": False})
+    packed = TransformersEngine(model, tokenizer, **transformers_options(TransformersEngineSpec(max_batch_size=4)))
+    off = TransformersEngineSpec.model_validate({"max_batch_size": 4, "packed_linears": False})
     plain = TransformersEngine(other, tokenizer, **transformers_options(off))
     try:
         prompt = list(range(300, 340))
@@ -187,8 +187,8 @@ async def test_engine_with_packed_linears_matches_f_linear(tokenizer: Any) -> No
 
 
 async def test_engine_fused_pass_is_the_jobs_to_turn_off(tokenizer: Any) -> None:
-    on = TransformersEngine(varied_model(tokenizer), tokenizer, **transformers_options(EngineSpec()))
-    off_spec = EngineSpec.model_validate({"fused_pass": False})
+    on = TransformersEngine(varied_model(tokenizer), tokenizer, **transformers_options(TransformersEngineSpec()))
+    off_spec = TransformersEngineSpec.model_validate({"fused_pass": False})
     off = TransformersEngine(varied_model(tokenizer), tokenizer, **transformers_options(off_spec))
     try:
         assert on._pass.fused is not None and off._pass.fused is None and off._pass.packed

@@ -1,4 +1,4 @@
-"""Attention on arft's AMX kernels (``arft.cpu.train_attention``,
+"""Attention on arft's AMX kernels (``arft.cpu.train_attention``, through ``arft.cpu.attention``;
 ``kernels/train_attention.cpp``): gradients within 2x the error against float64 of PyTorch's flash backward
 (grouped queries, right padding, queries after a shared prefix, heads of 32-128, lengths off the
 block size, strided inputs), and the forward's output and log-sum-exp too; masked keys get none;
@@ -15,10 +15,13 @@ import pytest
 import torch
 
 from arft.cpu import kernels as cpu_kernels
+from arft.cpu import attention
+from arft.cpu import patch
 from arft.cpu import train_attention
-from arft.cpu import fused_lora
+from arft.cpu.trainer_pass import TRAINER_PASSES
 
 KERNELS = cpu_kernels.load()
+ATTENTION = {"attention"}
 pytestmark = pytest.mark.skipif(KERNELS is None or not KERNELS.train.attention_backward_runs,
                                 reason="the attention backward kernel needs AMX (Intel Sapphire Rapids or later)")
 
@@ -144,7 +147,8 @@ def test_a_models_gradients_are_as_close_to_float32s_as_sdpas(model: Any, calls:
     _, exact = gradients(copy.deepcopy(model).float(), ids, mask)
     theirs_model = copy.deepcopy(model).to(torch.bfloat16)
     mine_model = copy.deepcopy(theirs_model)
-    assert train_attention.set_fused(mine_model) == 2 and mine_model.config._attn_implementation == train_attention.NAME
+    assert patch.install(mine_model, train=True, ops=ATTENTION).attention_layers == 2
+    assert mine_model.config._attn_implementation == attention.NAME
     their_logits, theirs = gradients(theirs_model, ids, mask)
     assert not calls
     my_logits, mine = gradients(mine_model, ids, mask)
@@ -160,18 +164,18 @@ def test_a_models_gradients_are_as_close_to_float32s_as_sdpas(model: Any, calls:
     with torch.no_grad():
         sampled = mine_model(input_ids=ids, attention_mask=mask).logits  # the engine's pass: sdpa
         assert not calls and torch.equal(sampled, their_logits)
-        with fused_lora.passes():  # the trainer's own: what its update computes
+        with TRAINER_PASSES.on():  # the trainer's own: what its update computes
             assert torch.equal(mine_model(input_ids=ids, attention_mask=mask).logits, my_logits)
     assert len(calls) == 2
     calls.clear()
-    assert train_attention.set_fused(mine_model, False) == 0
+    assert patch.install(mine_model, train=True, ops=()).attention_layers == 0
     gradients(mine_model, ids, mask)
     assert not calls
 
 
 def test_calls_it_does_not_reproduce_are_sdpas(model: Any, calls: list[int]) -> None:
     ids = torch.randint(3, 1000, (2, 40))
-    train_attention.set_fused(model)
+    patch.install(model, train=True, ops=ATTENTION)
     model(input_ids=ids).logits.sum().backward()  # float32: PyTorch's
     assert not calls
     model.to(torch.bfloat16)
@@ -188,7 +192,7 @@ def test_the_shared_prefix_pass_takes_it_after_the_prefix(model: Any, calls: lis
     from arft.trainer.batching import Tensors
 
     model.to(torch.bfloat16)
-    train_attention.set_fused(model)
+    patch.install(model, train=True, ops=ATTENTION)
     ids = torch.cat([torch.randint(3, 1000, (1, 40)).expand(3, -1), torch.randint(3, 1000, (3, 20))], dim=1)
     mask = torch.ones(3, 60, dtype=torch.long)
     mask[2, 50:] = 0
@@ -200,18 +204,16 @@ def test_the_shared_prefix_pass_takes_it_after_the_prefix(model: Any, calls: lis
 
 
 def test_the_engines_cascade_hands_it_training_calls(model: Any, calls: list[int]) -> None:
-    from arft.cpu import cascade
-
     model.to(torch.bfloat16)
-    assert cascade.enable(model) and model.config._attn_implementation == cascade.NAME
-    train_attention.set_fused(model)
-    assert model.config._attn_implementation == cascade.NAME  # kept: cascade hands its other calls on
+    assert patch.install(model, train=False).attention and model.config._attn_implementation == attention.NAME
+    patch.install(model, train=True, ops=ATTENTION)
+    assert model.config._attn_implementation == attention.NAME  # one function: the engine's calls and these
     model(input_ids=torch.randint(3, 1000, (2, 40))).logits.float().sum().backward()
     assert len(calls) == 2
     fresh = copy.deepcopy(model)
     fresh.set_attn_implementation("sdpa")
-    train_attention.set_fused(fresh)
-    assert cascade.enable(fresh)  # the engine takes a model the trainer gave its attention
+    patch.install(fresh, train=True, ops=ATTENTION)
+    assert patch.install(fresh, train=False).attention  # the engine takes a model the trainer gave its attention
 
 
 @pytest.mark.parametrize("on", [False, True])

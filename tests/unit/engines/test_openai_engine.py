@@ -9,7 +9,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from arft.config import EngineSpec
+from arft.config import OpenAIEngineSpec
 from arft.engines.base import ChatEngine, EngineError
 from arft.engines.openai_engine import OpenAIEngine
 from arft.records import FunctionCall, Message, ToolCall
@@ -158,7 +158,7 @@ async def test_connection_refused_is_retried_then_engine_error() -> None:
 def test_from_spec_reads_url_and_key_from_the_named_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_KEY", "sk-from-env")
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    spec = EngineSpec(type="openai", base_url="http://h:1/v1/", api_key_env="MY_KEY", timeout_s=5)
+    spec = OpenAIEngineSpec(type="openai", base_url="http://h:1/v1/", api_key_env="MY_KEY", timeout_s=5)
     eng = OpenAIEngine.from_spec("job-model", spec)
     assert (eng.url, eng.model, eng.timeout_s) == ("http://h:1/v1/chat/completions", "job-model", 5)
     assert eng._headers == {"Authorization": "Bearer sk-from-env"}
@@ -166,7 +166,7 @@ def test_from_spec_reads_url_and_key_from_the_named_variable(monkeypatch: pytest
     assert served.model == "other"
 
     monkeypatch.setenv("OPENAI_BASE_URL", "http://env:2/v1")
-    assert OpenAIEngine.from_spec("m", EngineSpec(type="openai")).base_url == "http://env:2/v1"
+    assert OpenAIEngine.from_spec("m", OpenAIEngineSpec(type="openai")).base_url == "http://env:2/v1"
     monkeypatch.delenv("OPENAI_BASE_URL")
     with pytest.raises(ValueError, match="set engine.base_url"):
-        OpenAIEngine.from_spec("m", EngineSpec(type="openai"))
+        OpenAIEngine.from_spec("m", OpenAIEngineSpec(type="openai"))

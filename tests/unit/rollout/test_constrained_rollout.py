@@ -18,7 +18,7 @@ from arft.rollout.loop import run_rollout
 from arft.rollout.runner import constrained_tool_calls
 from arft.tools.python_fn import PythonTool
 from tests.specs import limits, sampling
-from tests.unit.engines.test_transformers_engine import varied_model
+from tests.unit.engines.transformers.test_engine import varied_model
 
 
 @pytest.fixture(scope="module")

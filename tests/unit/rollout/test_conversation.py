@@ -25,7 +25,7 @@ from arft.tools.base import ToolContext
 from arft.tools.python_fn import PythonTool
 from tests.servers import chat_completion, recording_app, serve
 from tests.specs import limits, sampling
-from tests.unit.engines.test_transformers_engine import varied_model
+from tests.unit.engines.transformers.test_engine import varied_model
 
 EOS = "<|im_end|>"
 

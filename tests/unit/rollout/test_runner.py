@@ -23,7 +23,7 @@ from arft.tools.python_fn import PythonTool
 from arft.tools.registry import Toolbox, open_toolbox
 from arft.tracing.store import RunStore
 from tests.servers import chat_completion, recording_app, serve, tool_output
-from tests.unit.engines.test_transformers_engine import varied_model
+from tests.unit.engines.transformers.test_engine import varied_model
 
 EOS = "<|im_end|>"
 

@@ -1,21 +1,16 @@
 """A fast subset of the escape suite (``bench/sandbox_escapes.py``): the same probes, run the
 same way, each one a different kind of attack. The whole suite takes about a minute; run it
-with ``python bench/sandbox_escapes.py``."""
+with ``python -m bench run sandbox_escapes``."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-sys.path.insert(0, str(BENCH))
+from bench.sandbox_escapes import PROBES, Bench, run_folder, run_probe
 
-from sandbox_escapes import PROBES, Bench, run_folder, run_probe  # noqa: E402
-
-from .helpers import need  # noqa: E402
+from .helpers import need
 
 # probe -> the isolation layers it relies on (the test skips on hosts that refuse them)
 FAST = {

@@ -1,4 +1,4 @@
-"""Data cursor and atomic checkpoints."""
+"""Atomic checkpoints (the data cursor they store: tests/unit/data/test_order.py)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,8 @@ import pytest
 import torch
 
 from arft.tracing.run_dir import RunDir
-from arft.trainer.checkpoints import (CheckpointError, Cursor, batch_for, discard_checkpoints_after,
-                                      load_checkpoint, save_checkpoint, steps_per_epoch)
-
-
-def test_batches_cover_each_epoch_once_and_reshuffle() -> None:
-    cursor, seen = Cursor(), []
-    for _ in range(steps_per_epoch(10, 3) * 2):
-        idx, cursor = batch_for(cursor, 10, 3, seed=7)
-        seen.append(idx)
-    first, second = sum(seen[:3], []), sum(seen[3:], [])
-    assert len(set(first)) == 9 and len(set(second)) == 9  # no repeats within an epoch
-    assert first != second and cursor.epoch == 1 and cursor.step == 6
-    again, _ = batch_for(Cursor(), 10, 3, seed=7)
-    assert again == seen[0]  # deterministic from the seed
-
-
-def test_whole_set_smaller_than_a_batch() -> None:
-    idx, c = batch_for(Cursor(), 2, 8, seed=0)
-    assert sorted(idx) == [0, 1] and c.step == 1
+from arft.data.order import Cursor
+from arft.trainer.checkpoints import CheckpointError, discard_checkpoints_after, load_checkpoint, save_checkpoint
 
 
 def test_a_half_written_checkpoint_is_never_latest(tmp_path: Path) -> None:
@@ -80,7 +63,7 @@ def loaded(run_dir: Path) -> tuple[Cursor, FakeLearner]:
     latest = RunDir(run_dir).latest_checkpoint()
     assert latest is not None
     learner = FakeLearner(0.0)
-    cursor, _ = load_checkpoint(latest, learner)
+    cursor, _ = load_checkpoint(latest, learner, Cursor)
     return cursor, learner
 
 

@@ -340,11 +340,11 @@ async def test_model_updated_in_place_is_used(tokenizer: Any) -> None:
 
 
 async def test_from_spec_loads_a_local_model_directory(tmp_path: Any, tokenizer: Any) -> None:
-    from arft.config import EngineSpec
+    from arft.config import OpenAIEngineSpec, TransformersEngineSpec
 
     varied_model(tokenizer).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    spec = EngineSpec(dtype="float32", device="cpu", max_batch_size=3)
+    spec = TransformersEngineSpec(dtype="float32", device="cpu", max_batch_size=3)
     eng = TransformersEngine.from_spec(str(tmp_path), spec)
     try:
         assert eng.max_batch_size == 3 and eng.device.type == "cpu"
@@ -354,7 +354,7 @@ async def test_from_spec_loads_a_local_model_directory(tmp_path: Any, tokenizer:
     finally:
         await eng.aclose()
     with pytest.raises(ValueError, match="engine.type"):
-        TransformersEngine.from_spec(str(tmp_path), EngineSpec(type="openai"))
+        TransformersEngine.from_spec(str(tmp_path), OpenAIEngineSpec(type="openai"))
 
 
 async def test_staggered_mixed_requests_match_hf(model: Any, tokenizer: Any) -> None:

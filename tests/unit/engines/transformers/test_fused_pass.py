@@ -14,12 +14,12 @@ import torch
 from arft.cpu import packed_linear
 from arft.cpu import kernels as cpu_kernels
 from arft.cpu.cascade import MIN_SHARED
-from arft.engines.transformers.fused_pass import FusedDecoder, supported
+from arft.engines.transformers.fused_pass import FusedPass, supported
 from arft.engines.transformers.kv_batch import growing_layer
 from arft.engines.transformers.engine import TransformersEngine
 from arft.models.hf_model import cache_keyword
 from tests.specs import sampling
-from tests.unit.engines.test_transformers_engine import varied_model
+from tests.unit.engines.transformers.test_engine import varied_model
 
 pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="torch built without oneDNN")
 
@@ -88,7 +88,7 @@ def test_logits_equal_hugging_faces(tokenizer: Any, shared: int, lora: Any, kern
     reference.set_attn_implementation("sdpa")
     TransformersEngine(model, tokenizer)  # the engine's model: cascade attention, packed linears
     (cache, mask), ids, positions = prefilled(reference, shared)
-    decoder = FusedDecoder.of(model, kernel)
+    decoder = FusedPass.of(model, kernel)
     assert decoder is not None and decoder.kernel is kernel
     for step in range(3):  # the caches grow alike, step after step
         mine = copy.deepcopy(cache)
@@ -116,7 +116,7 @@ def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width:
         model = adapted(model, target_modules=lora)
     reference = copy.deepcopy(model)
     packed_linear.enable(model)
-    decoder = FusedDecoder.of(model, kernel)
+    decoder = FusedPass.of(model, kernel)
     assert decoder is not None
     if cached:
         (cache, mask), _, positions = prefilled(reference, 0)
@@ -142,11 +142,11 @@ def test_prefill_logits_equal_hugging_faces(tokenizer: Any, cached: bool, width:
         assert torch.allclose(a.keys.transpose(1, 2)[real], b.keys.transpose(1, 2)[real], atol=1e-5)
 
 
-def decoding(model: Any) -> tuple[Any, torch.Tensor, torch.Tensor, FusedDecoder]:
+def decoding(model: Any) -> tuple[Any, torch.Tensor, torch.Tensor, FusedPass]:
     """``model`` with packed linears, a prefilled cache (``prefilled``) and its fused decoder."""
     packed_linear.enable(model)
     state = prefilled(model, 0)
-    decoder = FusedDecoder.of(model)
+    decoder = FusedPass.of(model)
     assert decoder is not None
     return (*state, decoder)
 
@@ -200,10 +200,10 @@ def test_takes_only_models_it_reproduces(tokenizer: Any, case: str) -> None:
     if case == "dropout":
         model.train()  # dropout that runs: not reproduced
     assert supported(model) is (case in ("llama", "peft"))
-    assert (FusedDecoder.of(model) is not None) is (case in ("llama", "peft"))
+    assert (FusedPass.of(model) is not None) is (case in ("llama", "peft"))
     if case == "dropout":
         model.eval()
-        decoder = FusedDecoder.of(model)  # dropout in eval mode does nothing
+        decoder = FusedPass.of(model)  # dropout in eval mode does nothing
         assert decoder is not None and decoder.runs_now()
         model.train()  # put back in training: the pass goes to Hugging Face's forward
         assert not decoder.runs_now()
@@ -223,7 +223,7 @@ async def test_engine_samples_the_same_tokens_either_way(tokenizer: Any) -> None
     torch.set_num_threads(1)
     model = varied_model(tokenizer, seed=3)
     fused = TransformersEngine(model, tokenizer, max_batch_size=4)
-    plain = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, fused_decode=False)
+    plain = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, fused_pass=False)
     assert fused._pass.fused is not None and plain._pass.fused is None
     system = list(range(300, 300 + MIN_SHARED + 8))  # shared by every row: cascade attention
     prompts = [system + [400 + i] * (i + 1) for i in range(3)]
@@ -255,7 +255,7 @@ async def test_engine_samples_through_an_adapter_the_same_tokens_either_way(toke
     torch.set_num_threads(1)
     policy = adapted(varied_model(tokenizer, seed=3), seed=1)
     fused = TransformersEngine(policy, tokenizer, max_batch_size=4)
-    plain = TransformersEngine(copy.deepcopy(policy), tokenizer, max_batch_size=4, fused_decode=False)
+    plain = TransformersEngine(copy.deepcopy(policy), tokenizer, max_batch_size=4, fused_pass=False)
     base = TransformersEngine(varied_model(tokenizer, seed=3), tokenizer, max_batch_size=4)  # same weights
     assert fused._pass.fused is not None and plain._pass.fused is None
     system = list(range(300, 300 + MIN_SHARED + 8))
@@ -280,6 +280,7 @@ def test_a_prefill_row_without_new_tokens_keeps_hugging_faces_forward(tokenizer:
     # the ragged prefill needs a real new token in every row; a pass without one is the model's own
     from transformers import DynamicCache
 
+    from arft.engines.transformers.kv_batch import PassInputs
     from arft.engines.transformers.model_pass import ModelPass
 
     model = varied_model(tokenizer, seed=8)
@@ -292,9 +293,9 @@ def test_a_prefill_row_without_new_tokens_keeps_hugging_faces_forward(tokenizer:
     with torch.no_grad():
         got = step(ids, positions, mask, DynamicCache())
         # beside a decode step, such a prefill runs in a pass of its own, and says so
-        decode = (ids[:1, :1], torch.zeros((1, 1), dtype=torch.long), torch.ones((1, 1), dtype=torch.long),
-                  DynamicCache(), 0)
-        _, filled, one_pass = step.step_and_prefill(decode, (ids, positions, mask, DynamicCache(), 0))
+        decode = PassInputs(ids[:1, :1], torch.zeros((1, 1), dtype=torch.long),
+                            torch.ones((1, 1), dtype=torch.long), DynamicCache())
+        _, filled, one_pass = step.step_and_prefill(decode, PassInputs(ids, positions, mask, DynamicCache()))
     want = hf_step(reference, DynamicCache(), mask, ids, positions)
     assert torch.allclose(got[0], want[0], atol=1e-4)
     assert one_pass is False and torch.allclose(filled[0], want[0], atol=1e-4)
@@ -305,7 +306,7 @@ async def test_a_decode_step_in_a_prefills_pass_samples_the_same_tokens(tokenize
     torch.set_num_threads(1)
     model = varied_model(tokenizer, seed=4)
     mixed = TransformersEngine(model, tokenizer, max_batch_size=4)
-    plain = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, fused_decode=False)
+    plain = TransformersEngine(copy.deepcopy(model), tokenizer, max_batch_size=4, fused_pass=False)
     system = list(range(300, 300 + MIN_SHARED + 8))
     prompts = [system + [400 + i] * (3 * i + 1) for i in range(3)]
     params = sampling(temperature=1.0, max_new_tokens=12, seed=5)

@@ -13,11 +13,12 @@ from typing import Any, AsyncIterator
 import pytest
 import torch
 
+from arft.cpu import attention
 from arft.engines.base import Generation, SamplingParams
 from arft.engines.transformers.prefix_cache import PrefixCache
 from arft.engines.transformers.engine import TransformersEngine
 from tests.specs import sampling
-from tests.unit.engines.test_transformers_engine import hf_greedy, varied_model
+from tests.unit.engines.transformers.test_engine import hf_greedy, varied_model
 
 GREEDY = sampling(temperature=0.0, max_new_tokens=10)
 
@@ -127,7 +128,7 @@ async def test_decode_reads_a_shared_system_prompt_once(engines: Any, model: Any
     params = [sampling(temperature=1.0, max_new_tokens=rng.randrange(4, 12), seed=i) for i in range(5)]
     got = await three_turns(cached, starts, params)
     assert_same(got, await three_turns(plain, starts, params))
-    assert model.config._attn_implementation == "arft_cascade"
+    assert model.config._attn_implementation == attention.NAME  # arft's, which cascades the engine's calls
     assert cached.stats.cascade_steps > cached.stats.decode_steps / 2
     assert plain.stats.cascade_steps == 0
     off = TransformersEngine(model, cached.tokenizer, max_batch_size=8, cascade_attention=False)

@@ -15,7 +15,7 @@ from arft.engines.transformers.snapshot import SnapshotEngine
 from arft.engines.transformers.engine import TransformersEngine
 from arft.trainer.learner import wrap_policy
 from tests.specs import sampling
-from tests.unit.engines.test_transformers_engine import varied_model
+from tests.unit.engines.transformers.test_engine import varied_model
 
 GREEDY = sampling(temperature=0.0, max_new_tokens=8)
 PROMPTS = [[1, 2, 3, 4, 5, 6], [9, 8, 7], [400, 500, 600, 700]]

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,12 @@ def agent_workspace(tmp_path: Path, template: Path, files: dict[str, str]) -> Pa
 
 
 def fast_env(trick: str) -> dict[str, str]:
-    """Plugins of this venv off (pytest starts in 1 s, not 5), except for the plugin trick."""
-    return {} if trick == "plugin" else {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    """Plugins of this venv off (pytest starts in 1 s, not 5). The plugin trick needs autoloading
+    on: there each plugin this venv installs is blocked by name instead, and the trick's own
+    plugin (found in the agent's folder) still loads, as the control run checks."""
+    if trick != "plugin":
+        return {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return {"PYTEST_ADDOPTS": " ".join(f"-p no:{ep.name}" for ep in entry_points(group="pytest11"))}
 
 
 def plain_pytest(folder: Path, env: dict[str, str]) -> str:
