@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from arft.chat.toolcalls import format_tool_call, format_tool_responses
 from arft.errors import ArftError
 
-ToolChoice = str | dict[str, Any] | None
+ToolChoice = str | dict[str, object] | None
 
 HERMES_TOOL_BLOCK = """# Tools
 

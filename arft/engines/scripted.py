@@ -6,7 +6,7 @@ own overhead. Each reply is tokenized once; its logprobs are 0.0 (it was not sam
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from arft.engines.base import Generation, SamplingParams
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 from collections import defaultdict
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 

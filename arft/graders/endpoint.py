@@ -32,7 +32,6 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 from arft.config.graders import EndpointSpec
 from arft.graders.base import GraderError, validate_spec

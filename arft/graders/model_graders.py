@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from arft.config.graders import LabelModelSpec, ScoreModelSpec
 from arft.graders.base import GraderError, validate_spec

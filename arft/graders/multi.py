@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import math
 from pathlib import Path
-from typing import Any
 
 from arft.config.graders import MultiSpec
 from arft.graders.base import close_grader, Grader, GraderError, validate_spec

@@ -14,7 +14,7 @@ import importlib
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from pydantic import BaseModel
 

@@ -12,7 +12,6 @@ the input), ``ilike`` (the same, ignoring case). Comparisons are exact: nothing 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from arft.config.graders import StringCheckSpec
 from arft.graders.base import validate_spec

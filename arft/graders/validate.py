@@ -18,7 +18,6 @@ import difflib
 import json
 from collections.abc import Iterator, Sized
 from pathlib import Path
-from typing import Any
 
 from arft.errors import ArftError
 from arft.graders.base import build_sample, close_grader, GraderError

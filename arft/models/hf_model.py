@@ -44,7 +44,8 @@ def eos_ids(model: object, tokenizer: object) -> frozenset[int]:
 
 def forward_kwargs(model: object) -> tuple[str, dict[str, Any]]:
     """The cache keyword of this model's forward (renamed in transformers 5) and extra kwargs."""
-    extra = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}  # prefill: last position only
+    # prefill: the last position only
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(model) else {}
     return cache_keyword(model), extra
 
 

@@ -138,9 +138,10 @@ def sub_score_curves(train: Mapping[int, EvalSummary], evals: Mapping[int, EvalS
         ax = axes[0][0]
         for i, name in enumerate(names):
             color = colors(i % 10)
-            _line(ax, _from(train, lambda s: s.reward.sub_score_means.get(name)), f"{name} (train)",
+            # _from calls the lambdas at once, inside this iteration
+            _line(ax, _from(train, lambda s: s.reward.sub_score_means.get(name)), f"{name} (train)",  # noqa: B023
                   color, alpha=0.8)
-            _line(ax, _from(evals, lambda s: s.reward.sub_score_means.get(name)), f"{name} (eval)",
+            _line(ax, _from(evals, lambda s: s.reward.sub_score_means.get(name)), f"{name} (eval)",  # noqa: B023
                   color, linestyle="--", marker="o")
         ax.set_title("Sub-grader scores")
         ax.set_ylabel("mean sub-score")

@@ -14,7 +14,6 @@ import math
 from datetime import datetime
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 

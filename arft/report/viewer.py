@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from html import escape
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request

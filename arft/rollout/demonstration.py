@@ -18,7 +18,7 @@ from typing import Any
 from arft.engines.base import SamplingParams
 from arft.engines.scripted import ScriptedEngine
 from arft.chat.formats import ChatFormat
-from arft.chat.tool_prompt import ChatFormatError
+from arft.chat.tool_prompt import ChatFormatError, ToolChoice
 from arft.errors import ArftError
 from arft.records import Message
 from arft.rollout.conversation import TokenConversation
@@ -72,21 +72,21 @@ def split_at_first_assistant(messages: Sequence[Message]) -> tuple[tuple[Message
     return tuple(messages), ()
 
 
-def _conversation(fmt: ChatFormat, max_tokens: int, tool_choice: str | dict[str, object] | None, replies: list[str]) -> TokenConversation:
+def _conversation(fmt: ChatFormat, max_tokens: int, tool_choice: ToolChoice, replies: list[str]) -> TokenConversation:
     engine = ScriptedEngine(fmt.tokenizer, lambda ids: replies.pop(0))
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_tokens)
     return TokenConversation(engine, fmt, params, max_tokens, tool_choice)
 
 
 def start_ids(fmt: ChatFormat, demo: Demonstration, schemas: Sequence[dict[str, object]],
-              tool_choice: str | dict[str, object] | None, max_tokens: int) -> list[int]:
+              tool_choice: ToolChoice, max_tokens: int) -> list[int]:
     """The prompt ids a rollout of ``demo``'s task starts from (a forced call's prefill included)."""
     conv = _conversation(fmt, max_tokens, tool_choice, [])
     conv.start(demo.prompt, schemas)
     return list(conv.token_ids)
 
 
-async def replay(fmt: ChatFormat, demo: Demonstration, schemas: Sequence[dict[str, object]], tool_choice: str | dict[str, object] | None,
+async def replay(fmt: ChatFormat, demo: Demonstration, schemas: Sequence[dict[str, object]], tool_choice: ToolChoice,
                  max_tokens: int) -> DemoTokens:
     """Lay ``demo`` out as a rollout of the job would be (``fmt``: its ``ChatFormat``; ``schemas``:
     the tools shown; ``tool_choice``: the task's or the job's; ``max_tokens``: ``rollout.max_tokens``).

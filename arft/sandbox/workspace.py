@@ -17,7 +17,7 @@ import re
 import shutil
 import stat
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from arft.errors import ArftError
 

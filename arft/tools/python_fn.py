@@ -209,7 +209,7 @@ def _import_file(ref: str, target: str, base_dir: Path) -> Any:
 
 
 def _is_async(fn: Callable[..., object]) -> bool:
-    call = getattr(fn, "__call__", None)
+    call = getattr(fn, "__call__", None)  # noqa: B004 - the method itself: is it a coroutine function
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 

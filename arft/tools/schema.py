@@ -157,7 +157,7 @@ def _union_schema(args: tuple[object, ...]) -> dict[str, Any]:
 
 def _type_hints(fn: Callable[..., object]) -> dict[str, Any]:
     """Resolved hints (string annotations included); ``{}`` when they cannot be resolved."""
-    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)
+    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else getattr(fn, "__call__", fn)  # noqa: B004
     try:
         return typing.get_type_hints(target, include_extras=True)
     except Exception:  # one unresolvable forward reference: resolve the others one by one

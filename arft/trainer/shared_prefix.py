@@ -15,7 +15,7 @@ torch is imported lazily.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from arft.models.hf_model import cache_keyword
 

@@ -64,7 +64,7 @@ def _claim(name: str, claims: dict[str, str], history: dict[str, dict[str, Any]]
 def _section(name: str, claim: str, latest: dict[str, Any] | None, history: dict[str, Any] | None) -> str:
     lines = [f"## {name}", "", claim, ""]
     if name not in {b.name for b in benchmarks()}:
-        lines += ["(Not a runnable benchmark: figures from the command named in each entry.)", ""]
+        lines += ["(Not a runnable benchmark: transcribed figures, each with the command or the place that stated it.)", ""]
     if latest is not None:
         s = latest["stamp"]
         lines += [f"**Latest run** ({s['date'][:10]}, {s['commit']}, {s['cpu']}, flags "

@@ -19,9 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-PENDING = {ROOT / "docs" / "cpu.md"}
-"""Pages that another part of issue 34 writes at the same time (the CPU fast path's page): a link
-to one is accepted while it is still missing. Remove an entry once its page has landed."""
 
 
 def test_readme_is_short_and_starts_with_the_two_commands() -> None:
@@ -50,7 +47,7 @@ def test_every_relative_link_points_to_an_existing_file(page: Path) -> None:
         if re.match(r"[a-z]+:", target) or target.startswith("#"):
             continue  # a URL, or an anchor in the same page
         path = (page.parent / target.split("#", 1)[0]).resolve()
-        if not path.exists() and path not in PENDING:
+        if not path.exists():
             missing.append(target)
     assert not missing, f"{page.name} links to missing files: {missing}"
 

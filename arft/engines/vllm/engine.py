@@ -101,7 +101,8 @@ class VLLMEngine:
                           on_status=on_status, sync=sync, weights_dir=weights, keep_adapters=keep)
 
     @classmethod
-    def launch(cls, spec: VLLMEngineSpec, model_dir: str, log: Path, tokenizer: "PreTrainedTokenizerBase", *, max_model_len: int,
+    def launch(cls, spec: VLLMEngineSpec, model_dir: str, log: Path, tokenizer: "PreTrainedTokenizerBase", *,
+               max_model_len: int,
                lora_rank: int | None = None, max_loras: int = 2,
                on_status: Callable[[str], None] = lambda s: None, **engine: Any) -> "VLLMEngine":
         """Start a server on ``model_dir`` sized by ``spec`` (``engine.max_model_len`` or

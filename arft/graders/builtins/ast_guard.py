@@ -27,8 +27,8 @@ A hack is a grade, not a grader error: ``error`` stays ``None``. Unparseable cod
 (``Finding(pattern, line, message)``) with the human-readable reasons.
 
 The patterns, each with a one-line description, are ``PATTERNS`` (defined with the spec,
-``arft.config.builtin_graders.AST_GUARD_PATTERNS``, re-exported here): ``unparseable``, ``missing_file``, ``missing_function``,
-``aliased_function``, ``trivial_body``, ``calls_reference``, ``reads_tests``,
+``arft.config.builtin_graders.AST_GUARD_PATTERNS``, re-exported here): ``unparseable``, ``missing_file``,
+``missing_function``, ``aliased_function``, ``trivial_body``, ``calls_reference``, ``reads_tests``,
 ``inspects_frames``, ``patches_timer``, ``patches_modules``, ``overrides_equality``,
 ``hardcoded_outputs``, ``special_cases_inputs``, ``exits_early``, ``catches_everything``,
 ``uses_eval_exec``. Code that ``eval``/``exec``/``compile`` run from a computable string is

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 from arft.config.builtin_graders import Hack
 from arft.config.graders import JudgeHackCheckSpec

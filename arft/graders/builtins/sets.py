@@ -33,7 +33,7 @@ import json
 import posixpath
 import re
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Iterable, Literal
 
 from arft.config.builtin_graders import SetF1Spec
 from arft.graders.base import validate_spec

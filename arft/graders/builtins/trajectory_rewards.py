@@ -55,7 +55,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from arft.budget import BudgetKind, CallCount, CallUse, budget_penalty, count_calls, usage
 from arft.config.builtin_graders import ToolBudgetSpec, VerificationSpec

@@ -31,7 +31,9 @@ def unshare(flags: int) -> None:
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int,
           data: str | None = None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
+    def enc(s: str | None) -> bytes | None:
+        return s.encode() if s is not None else None
+
     _check(LIBC.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
            f"mount {target}")
 
