@@ -85,7 +85,8 @@ class Ahead(Generic[T]):
         while self._step_of(cursor) < self._total:
             step = self._step_of(cursor) + 1
             async with self._changed:  # the weights this step may be sampled from, at the oldest
-                await self._changed.wait_for(lambda: self.version >= step - 1 - self._bound)
+                # awaited here, so the lambda sees this iteration's step
+                await self._changed.wait_for(lambda: self.version >= step - 1 - self._bound)  # noqa: B023
                 version = self.version
             batch = await self._generate(cursor, version)
             await self._ready.put(batch)

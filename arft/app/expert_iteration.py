@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arft.app.evaluate import evaluate
 from arft.app.session import Hooks
@@ -22,6 +22,9 @@ from arft.engines.factory import Policy, build_engine
 from arft.graders.base import Grader
 from arft.rollout.demonstration import DemoError
 from arft.tracing.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,8 @@ def warm_start_dir(run_dir: RunDir) -> Path:
 
 
 async def expert_iteration(job: JobSpec, run_dir: RunDir | Path, plan: WarmStart, *, grader: Grader | None = None,
-                           hooks: Hooks | None = None, model: Any = None, tokenizer: Any = None,
+                           hooks: Hooks | None = None, model: Any = None,
+                           tokenizer: "PreTrainedTokenizerBase | None" = None,
                            max_batch_size: int | None = None) -> tuple[JobSpec, SftResult]:
     """Sample, keep the successes, imitate them; returns ``job`` with ``training.init_from`` set to
     the warm start (for ``arft.app.train.train``) and the warm start's result.

@@ -24,10 +24,16 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from arft.graders.base import Grader, close_grader
 from arft.records import Score
+
+if TYPE_CHECKING:  # the app's modules import lazily here
+    from arft.app.session import Hooks, TrainResult
+    from arft.config import JobSpec
+    from arft.tracing.run_dir import RunDir
 
 POINTS = ("step", "generation", "grading", "update", "metrics", "eval", "checkpoint")
 
@@ -92,7 +98,7 @@ class _KillingGrader:
         self.name = inner.name
         self._inner, self._fault = inner, fault
 
-    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+    async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         if self._fault.rolling_out is not None:
             self._fault.hook("grading", self._fault.rolling_out)
         return await self._inner.grade(sample, item)
@@ -101,8 +107,9 @@ class _KillingGrader:
         await close_grader(self._inner)
 
 
-async def train_with_fault(job: Any, run_dir: Any, fault: Fault | None, *, resume: bool = False,
-                           grader: Grader | None = None, hooks: Any = None, **train_kw: Any) -> Any:
+async def train_with_fault(job: JobSpec, run_dir: RunDir | Path, fault: Fault | None, *, resume: bool = False,
+                           grader: Grader | None = None, hooks: Hooks | None = None,
+                           **train_kw: Any) -> TrainResult:
     """``arft.app.train.train`` with ``fault`` armed (None: an ordinary run). ``grader``: the one
     to wrap for the ``grading`` point; by default the job's own. ``hooks``: progress callbacks
     (their ``point`` is replaced by the fault's). Returns the ``TrainResult`` when the fault was

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from arft.app.session import Session, SessionLearner
 from arft.config import JobError, JobSpec, local_model
@@ -21,6 +21,9 @@ from arft.tracing.run_dir import RunDir
 from arft.trainer.learner import wrap_policy
 from arft.trainer.merge import run_job
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 
 class PolicyEngine(NamedTuple):
     """The policy a run trains, the engine sampling from it, and their tokenizer."""
@@ -30,7 +33,7 @@ class PolicyEngine(NamedTuple):
     tokenizer: Any
 
 
-def policy_engine(job: JobSpec, model: Any, tokenizer: Any, max_batch_size: int | None,
+def policy_engine(job: JobSpec, model: Any, tokenizer: "PreTrainedTokenizerBase | None", max_batch_size: int | None,
                   run_dir: Path | None = None, on_status: Callable[[str], None] = lambda s: None
                   ) -> PolicyEngine:
     """The model the job names (or the one given) as a trainable policy, and an engine sampling

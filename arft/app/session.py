@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from arft.config import JobSpec
 from arft.metrics.sinks import MetricSink
@@ -22,6 +22,9 @@ from arft.seeds import eval_seed
 from arft.tracing.run_dir import RunDir
 from arft.tracing.store import RunStore
 from arft.trainer.memory import release_memory
+
+if TYPE_CHECKING:
+    import torch
 
 EVAL_METRICS = "eval"
 """An evaluation's metrics are named ``eval/...`` (rows at its step in the training run's metrics)."""
@@ -93,13 +96,13 @@ class SessionLearner(Protocol):
 
     def supervised_update(self, batch: TrainBatch) -> dict[str, float]: ...
 
-    def trainable_state(self) -> dict[str, Any]: ...
+    def trainable_state(self) -> dict[str, "torch.Tensor"]: ...
 
-    def load_trainable_state(self, state: dict[str, Any]) -> None: ...
+    def load_trainable_state(self, state: dict[str, "torch.Tensor"]) -> None: ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, object]: ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, dict[str, object]]) -> None: ...
 
 
 @dataclass

@@ -18,7 +18,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arft.app.policy import apply_init_from, policy_engine, sync_engine
 from arft.app.resume import resume as resume_from
@@ -35,6 +35,9 @@ from arft.rollout.demonstration import DemoError, DemoTokens
 from arft.tracing.run_dir import RunDir
 from arft.trainer.checkpoints import CheckpointError, save_checkpoint
 from arft.trainer.learner import Learner, base_learning_rate
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 SFT_RUN_ID = "sft"
 """The run id of a warm start in its store (its evaluations are ``sft:eval-NNNNNN``)."""
@@ -77,8 +80,8 @@ def _batch(demos: list[DemoTokens]) -> TrainBatch:
 
 
 async def sft(job: JobSpec, data: Path, run_dir: RunDir | Path, *, options: SftOptions = SftOptions(),
-              resume: bool = False, model: Any = None, tokenizer: Any = None, grader: Grader | None = None,
-              hooks: Hooks | None = None, max_batch_size: int | None = None) -> SftResult:
+              resume: bool = False, model: Any = None, tokenizer: "PreTrainedTokenizerBase | None" = None,
+              grader: Grader | None = None, hooks: Hooks | None = None, max_batch_size: int | None = None) -> SftResult:
     """Fine-tune ``job``'s model on the demonstrations in ``data`` into ``run_dir``.
 
     Raises ``DemoError`` when no demonstration is left after filtering and rendering (the message

@@ -169,6 +169,6 @@ async def tokenize(run: Run, demos: Sequence[Demonstration]) -> tuple[list[DemoT
 
 def _unknown_tools(d: Demonstration, schemas: Sequence[dict], job_tools: set[str]) -> str:
     """Names the demonstration offers or calls that the job's tools do not provide ('' if none)."""
-    offered = {(s.get("function") or s).get("name") for s in schemas}
+    offered = {str((s.get("function") or s).get("name")) for s in schemas}  # checked schemas: names are strings
     called = {tc.function.name for m in d.turns for tc in m.tool_calls or ()}
     return ", ".join(sorted(n for n in (offered | called) if n not in job_tools or n not in offered))

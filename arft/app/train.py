@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.policy import apply_init_from, policy_engine, sync_engine
@@ -51,6 +51,9 @@ from arft.trainer.batching import to_train_batch
 from arft.trainer.checkpoints import CheckpointError, save_checkpoint
 from arft.trainer.learner import Learner, base_learning_rate
 from arft.trainer.memory import release_memory
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["Hooks", "TRAIN_RUN_ID", "TrainResult", "train"]
 
@@ -173,8 +176,8 @@ async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s
 
 
 async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, model: Any = None,
-                tokenizer: Any = None, grader: Grader | None = None, hooks: Hooks | None = None,
-                max_batch_size: int | None = None) -> TrainResult:
+                tokenizer: "PreTrainedTokenizerBase | None" = None, grader: Grader | None = None,
+                hooks: Hooks | None = None, max_batch_size: int | None = None) -> TrainResult:
     """Train ``job`` into ``run_dir`` (continuing from its latest checkpoint when ``resume``).
 
     ``model``/``tokenizer``/``grader`` may be passed in (tests, notebooks); otherwise they come

@@ -33,7 +33,7 @@ NAME = "arft"
 """The attention function's name in Hugging Face's ``AttentionInterface``."""
 
 
-def attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
+def attention(module: "torch.nn.Module", query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
               attention_mask: "torch.Tensor | None", dropout: float = 0.0, scaling: float | None = None,
               **kwargs: Any) -> tuple["torch.Tensor", None]:
     """Hugging Face attention-function signature: ``query`` ``[B, Hq, q, D]``, ``key``/``value``

@@ -99,7 +99,7 @@ def packed_passes() -> Iterator[None]:
         yield
 
 
-def packed_weight(module: Any) -> "torch.Tensor | None":
+def packed_weight(module: "torch.nn.Module") -> "torch.Tensor | None":
     """The packed copy of ``module``'s weight, if a packed pass made one."""
     entry = _PACKS.get(module)
     return None if entry is None else entry[2]

@@ -36,13 +36,16 @@ import functools
 import sys
 import weakref
 from collections.abc import Callable, Collection
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from arft.cpu import attention
 from arft.cpu import cascade
 from arft.cpu import kernels as cpu_kernels
 from arft.cpu import train_attention
 from arft.cpu.trainer_pass import ThreadFlag
+
+if TYPE_CHECKING:
+    import torch
 
 KERNEL_OPS = frozenset({"rms_norm", "silu_mul", "rotary", "attention"})
 """The trainer's ops on arft's CPU kernels (``training.cpu_kernels``)."""
@@ -133,13 +136,13 @@ def _set_forwards(policy: Any, select: Callable[[Any], bool], forward: Callable[
             del module.__dict__["forward"]
 
 
-def _has_forward(module: Any, forward: Callable[..., Any]) -> bool:
+def _has_forward(module: "torch.nn.Module", forward: Callable[..., Any]) -> bool:
     """Whether ``module`` runs ``forward`` (``_set_forwards``)."""
     current = module.__dict__.get("forward")
     return isinstance(current, functools.partial) and current.func is forward
 
 
-def _attention_layer(module: Any) -> bool:
+def _attention_layer(module: "torch.nn.Module") -> bool:
     """Whether ``module`` is one of Hugging Face's attention layers."""
     return hasattr(module, "is_causal") and hasattr(module, "scaling")
 
@@ -157,7 +160,7 @@ def _set_rotary(policy: Any, on: bool) -> None:
         _restore_rotary()
 
 
-def _rotary_layer_forward(module: Any, *args: Any, **kwargs: Any) -> Any:
+def _rotary_layer_forward(module: "torch.nn.Module", *args: Any, **kwargs: Any) -> Any:
     """An attention layer's own forward, with the fused rotation on for the call."""
     with _IN_ROTARY_LAYER.on():
         return type(module).forward(module, *args, **kwargs)

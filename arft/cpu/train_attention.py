@@ -73,7 +73,7 @@ def runs(kernels: cpu_kernels.CpuKernels | None) -> bool:
     return kernels is not None and kernels.train.attention_backward_runs
 
 
-def attend(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
+def attend(module: "torch.nn.Module", query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
            attention_mask: "torch.Tensor | None", dropout: float, scaling: float | None,
            kwargs: dict[str, Any]) -> "torch.Tensor | None":
     """The trainer's call on the kernel (``[B, q, Hq, D]``) where it applies (module doc);
@@ -89,7 +89,7 @@ def attend(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torc
     return out.transpose(1, 2).contiguous()
 
 
-def takes(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", dropout: float,
+def takes(module: "torch.nn.Module", query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", dropout: float,
           kwargs: dict[str, Any], kernels: cpu_kernels.CpuKernels) -> bool:
     """Whether the call is one the kernels run (the mask aside): a marked causal layer (no
     ``is_causal=False``), a recorded gradient or the trainer's own pass, bfloat16 on the CPU

@@ -8,7 +8,7 @@ forward; both take a layer only where that is what peft would compute. peft impo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from peft.tuners.lora import LoraLayer
@@ -19,7 +19,7 @@ def unwrap(model: object) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def is_lora(module: object) -> TypeGuard["LoraLayer"]:
+def is_lora(module: object) -> bool:
     """Whether ``module`` is a peft LoRA layer (it wraps a ``base_layer`` and holds ``lora_A``)."""
     return hasattr(module, "base_layer") and hasattr(module, "lora_A")
 
@@ -54,6 +54,7 @@ def plain_adapter(layer: object) -> str | None:
     (DoRA), no adapter bias, ``A`` and ``B`` plain linear layers without bias; else ``None``."""
     if not is_lora(layer):
         return None
+    layer = cast("LoraLayer", layer)  # is_lora checked its attributes
     name = active_adapter(layer)
     if name is None or name not in layer.lora_B or getattr(layer, "fan_in_fan_out", False):
         return None

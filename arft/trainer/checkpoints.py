@@ -27,7 +27,7 @@ from arft.errors import ArftError
 from arft.tracing.run_dir import RunDir, checkpoint_step, fsync_dir, write_durably
 
 if TYPE_CHECKING:
-    from arft.trainer.learner import Learner
+    import torch
 
 
 # OSError too: it is the failed write's OSError, with its errno (CheckpointError(errno, message)).
@@ -47,7 +47,20 @@ class Position(Protocol):
 P = TypeVar("P", bound=Position)
 
 
-def save_checkpoint(run_dir: Path, cursor: Position, learner: "Learner", extra: dict[str, object],
+class Checkpointable(Protocol):
+    """What a checkpoint saves and restores of a learner: ``arft.trainer.learner.Learner``, or a
+    cluster's ``RemoteLearner`` that forwards to one."""
+
+    def trainable_state(self) -> dict[str, "torch.Tensor"]: ...
+
+    def load_trainable_state(self, state: dict[str, "torch.Tensor"]) -> None: ...
+
+    def state_dict(self) -> dict[str, object]: ...
+
+    def load_state_dict(self, state: dict[str, dict[str, object]]) -> None: ...
+
+
+def save_checkpoint(run_dir: Path, cursor: Position, learner: Checkpointable, extra: dict[str, object],
                     on_file: Callable[[str], None] = lambda name: None) -> Path:
     """Write checkpoint ``cursor.step`` atomically and point ``latest`` at it.
 
@@ -85,7 +98,7 @@ def save_checkpoint(run_dir: Path, cursor: Position, learner: "Learner", extra: 
     return final
 
 
-def _writers(cursor: Position, learner: "Learner", extra: dict[str, object]
+def _writers(cursor: Position, learner: Checkpointable, extra: dict[str, object]
              ) -> list[tuple[str, Callable[[Path], None]]]:
     """The checkpoint's files and how to write each; ``state.json`` last (it marks completeness)."""
     import torch
@@ -117,7 +130,7 @@ def discard_checkpoints_after(run_dir: Path, step: int) -> list[Path]:
     return sorted(gone)
 
 
-def load_checkpoint(path: Path, learner: "Learner", cursor_type: type[P]) -> tuple[P, dict[str, Any]]:
+def load_checkpoint(path: Path, learner: Checkpointable, cursor_type: type[P]) -> tuple[P, dict[str, Any]]:
     """Restore weights, optimizer, scheduler and RNG states; returns the cursor (a
     ``cursor_type``) and the extra state."""
     import torch

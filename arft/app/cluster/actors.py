@@ -19,12 +19,19 @@ import asyncio
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from arft.cpu import threads as cpu_threads
 from arft.config import JobSpec, local_model
 from arft.engines.base import EngineError, Generation, SamplingParams, SyncsWeights, WritesWeights
 from arft.records import Rollout, Task, TrainBatch
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from arft.engines.base import TokenEngine
+    from arft.graders.base import Grader
 
 RETRIES = 3
 """Times a generate call is retried when its replica died (it restarts meanwhile)."""
@@ -37,7 +44,7 @@ def _node() -> tuple[str, int]:
     return ray.get_runtime_context().get_node_id(), os.getpid()
 
 
-def _load_model(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
+def _load_model(job: JobSpec, model: Any, tokenizer: "PreTrainedTokenizerBase | None") -> tuple[Any, Any]:
     from arft.models.loading import load_model
 
     if model is not None:
@@ -50,7 +57,8 @@ def _load_model(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
 class LearnerActor:
     """The policy and its optimizer; every weight change happens here."""
 
-    def __init__(self, job: JobSpec, total_steps: int, model: Any = None, tokenizer: Any = None) -> None:
+    def __init__(self, job: JobSpec, total_steps: int, model: Any = None,
+                 tokenizer: "PreTrainedTokenizerBase | None" = None) -> None:
         from arft.trainer.learner import Learner, base_learning_rate, wrap_policy
 
         model, tokenizer = _load_model(job, model, tokenizer)
@@ -70,13 +78,13 @@ class LearnerActor:
     def trainable_state(self) -> dict[str, Any]:
         return self.learner.trainable_state()
 
-    def load_trainable_state(self, state: dict[str, Any]) -> None:
+    def load_trainable_state(self, state: dict[str, "torch.Tensor"]) -> None:
         self.learner.load_trainable_state(state)
 
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, dict[str, object]]) -> None:
         self.learner.load_state_dict(state)
 
     def publish(self, version: int) -> dict[str, Any]:
@@ -95,8 +103,8 @@ class LearnerActor:
 class EngineReplica:
     """One engine: continuous batching over a copy of the policy."""
 
-    def __init__(self, job: JobSpec, learner: Any = None, model: Any = None, tokenizer: Any = None,
-                 engine: Any = None) -> None:
+    def __init__(self, job: JobSpec, learner: Any = None, model: Any = None,
+                 tokenizer: "PreTrainedTokenizerBase | None" = None, engine: "TokenEngine | None" = None) -> None:
         self.spec = job.training
         self._policy: Any = None
         """With ``engine.type: vllm`` or a merged-LoRA engine: a copy of the policy that published
@@ -112,7 +120,7 @@ class EngineReplica:
         self._started: asyncio.Future[int] | None = None
 
     @staticmethod
-    def _engine(job: JobSpec, model: Any, tokenizer: Any) -> tuple[Any, Any]:
+    def _engine(job: JobSpec, model: Any, tokenizer: "PreTrainedTokenizerBase | None") -> tuple[Any, Any]:
         """The replica's engine (``arft.engines.factory``, role ``replica``) over its own copy of
         the policy, and that copy when the engine syncs from it (vLLM, merged LoRA)."""
         from arft.engines.factory import Policy, build_engine
@@ -148,7 +156,7 @@ class EngineReplica:
         await self.start()
         return await self.engine.generate(prompt_ids, params)
 
-    async def load(self, state: dict[str, Any], version: int) -> int:
+    async def load(self, state: dict[str, "torch.Tensor"], version: int) -> int:
         """Sample from ``state`` (the learner's ``trainable_state`` published as ``version``) from
         the next forward pass on; an older version than the one served is ignored."""
         from arft.trainer.learner import load_trainable
@@ -177,7 +185,7 @@ class RemoteEngine:
 
     supports_constraints = True
 
-    def __init__(self, replica: Any, tokenizer: Any) -> None:
+    def __init__(self, replica: Any, tokenizer: "PreTrainedTokenizerBase") -> None:
         from arft.engines.grammar import ToolCallMasker
 
         self.replica, self.tokenizer = replica, tokenizer
@@ -207,7 +215,8 @@ class RemoteEngine:
 class RolloutWorker:
     """Runs whole rollouts (tools, sandboxes, grading) near its own tools."""
 
-    def __init__(self, job: JobSpec, replica: Any, grader: Any = None, tokenizer: Any = None) -> None:
+    def __init__(self, job: JobSpec, replica: Any, grader: "Grader | None" = None,
+                 tokenizer: "PreTrainedTokenizerBase | None" = None) -> None:
         self.job, self.replica, self._grader, self._tokenizer = job, replica, grader, tokenizer
         self.runner: Any = None
         self._close: list[Any] = []

@@ -25,7 +25,7 @@ import itertools
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arft.app.cluster import actors
 from arft.config import JobSpec, RaySpec
@@ -35,6 +35,13 @@ from arft.seeds import sample_seed
 from arft.together import together
 from arft.tracing.run_dir import RunDir
 from arft.tracing.store import RunStore
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from arft.engines.base import TokenEngine
+    from arft.graders.base import Grader
 
 
 class ClusterError(ArftError):
@@ -143,13 +150,13 @@ class RemoteLearner:
     def trainable_state(self) -> dict[str, Any]:
         return self._get(self.actor.trainable_state.remote())
 
-    def load_trainable_state(self, state: dict[str, Any]) -> None:
+    def load_trainable_state(self, state: dict[str, "torch.Tensor"]) -> None:
         self._get(self.actor.load_trainable_state.remote(state))
 
     def state_dict(self) -> dict[str, Any]:
         return self._get(self.actor.state_dict.remote())
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, dict[str, object]]) -> None:
         self._get(self.actor.load_state_dict.remote(state))
 
 
@@ -193,7 +200,8 @@ def connect(address: str | None) -> None:
 
 @contextlib.asynccontextmanager
 async def open_cluster_run(job: JobSpec, run_dir: RunDir, total_steps: int, *, model: Any = None,
-                           tokenizer: Any = None, grader: Any = None, engine: Any = None,
+                           tokenizer: "PreTrainedTokenizerBase | None" = None, grader: "Grader | None" = None,
+                           engine: "TokenEngine | None" = None,
                            ready_timeout_s: float = 300) -> AsyncIterator[ClusterRun]:
     """Start the run's actors on ``job.cluster.ray``'s cluster; stop them on the way out.
     ``model``/``tokenizer``/``grader``: objects to ship to the actors (tests), else the job's;

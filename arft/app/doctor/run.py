@@ -1,4 +1,5 @@
-"""``run_doctor``: the static checks, then (with rollouts) a baseline over one ``open_run`` whose grader also takes the audit."""
+"""``run_doctor``: the static checks, then (with rollouts) a baseline over one ``open_run`` whose
+grader also takes the audit."""
 
 from __future__ import annotations
 

@@ -234,7 +234,7 @@ def _logprobs(model: ServedModel, gen: Generation) -> dict[str, Any]:
     tok = model.fmt.tokenizer
     content = []
     for token, lp in zip(gen.token_ids, gen.logprobs):
-        text = tok.decode([token])
+        text = str(tok.decode([token]))
         content.append({"token": text, "logprob": lp, "bytes": list(text.encode()), "top_logprobs": []})
     return {"content": content}
 
@@ -279,7 +279,7 @@ async def stream_chunks(model: ServedModel, req: ChatRequest, prep: Prepared) ->
         yield chunk({"role": "assistant", "content": ""})
         while (item := await queue.get()) is not None:
             tokens.extend(item)
-            text = model.fmt.tokenizer.decode(tokens, skip_special_tokens=False)
+            text = str(model.fmt.tokenizer.decode(tokens, skip_special_tokens=False))
             if not text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
                 for delta in splitter.feed(text):
                     yield chunk(delta)

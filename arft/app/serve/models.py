@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from arft.app.serve.chat import ServedModel, ServeError
 from arft.chat.formats import ChatFormat
@@ -30,6 +30,9 @@ from arft.engines.factory import Policy, build_engine
 from arft.rollout.runner import constrained_tool_calls
 from arft.tracing.run_dir import RunDir
 from arft.trainer.merge import run_job, tuned_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def is_run_dir(target: str | Path) -> bool:
@@ -100,7 +103,7 @@ def served(name: str, engine: TokenEngine, fmt: ChatFormat, max_tokens: int,
     return ServedModel(name=name, engine=engine, fmt=fmt, constrain=on, max_tokens=max_tokens)
 
 
-def _served(name: str, model: Any, tokenizer: Any, fmt: ChatFormat, spec: TransformersEngineSpec,
+def _served(name: str, model: Any, tokenizer: "PreTrainedTokenizerBase", fmt: ChatFormat, spec: TransformersEngineSpec,
             max_tokens: int, constrain: bool | str | None) -> ServedModel:
     engine = build_engine(None, policy=Policy(model, tokenizer), role="serve", spec=spec)
     return served(name, engine, fmt, max_tokens, constrain)

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from arft.app.serve.chat import ServedModel, ServeError
 from arft.chat.formats import ChatFormat
-from arft.config import TransformersEngineSpec, VLLMEngineSpec, engine_as
+from arft.config import JobSpec, TransformersEngineSpec, VLLMEngineSpec, engine_as
 
 
 def vllm_models(target: str, *, name: str | None, base: bool, engine: TransformersEngineSpec | None, max_tokens: int,
@@ -69,7 +69,7 @@ def _run_models(run: Path, *, name: str | None, base: bool, engine: Transformers
     return models
 
 
-def _merged_server(run: Path, job: Any, spec: VLLMEngineSpec, work: Path, on_status: Callable[[str], None]
+def _merged_server(run: Path, job: JobSpec, spec: VLLMEngineSpec, work: Path, on_status: Callable[[str], None]
                    ) -> tuple[Any, Any]:
     """A server on the run's merged weights (bf16, ``work/weights``)."""
     from arft.engines.vllm.engine import VLLMEngine
@@ -86,7 +86,7 @@ def _merged_server(run: Path, job: Any, spec: VLLMEngineSpec, work: Path, on_sta
     return eng, tokenizer
 
 
-def _adapter_server(run: Path, job: Any, spec: VLLMEngineSpec, work: Path, tuned_name: str,
+def _adapter_server(run: Path, job: JobSpec, spec: VLLMEngineSpec, work: Path, tuned_name: str,
                     on_status: Callable[[str], None]) -> tuple[Any, Any]:
     """A server on the base weights with the run's adapter (``work/adapter``) loaded as ``tuned_name``."""
     from arft.engines.vllm.engine import VLLMEngine

@@ -55,7 +55,7 @@ class RmsNorm(torch.autograd.Function):
         return gx, gw, None, None
 
 
-def fusable(module: Any) -> bool:
+def fusable(module: "torch.nn.Module") -> bool:
     """Whether ``module`` is one of the RMSNorms (``NORMS``) the fused function reproduces."""
     return type(module).__name__ in NORMS and hasattr(module, "variance_epsilon") and hasattr(module, "weight")
 
@@ -65,7 +65,7 @@ def runs(kernels: cpu_kernels.CpuKernels | None) -> bool:
     return kernels is not None and kernels.small_ops
 
 
-def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
+def forward(module: "torch.nn.Module", x: torch.Tensor) -> torch.Tensor:
     """The fused norm where it applies (module doc), the module's own forward elsewhere."""
     kernels = cpu_kernels.load()
     weight = module.weight

@@ -16,6 +16,7 @@ from arft.engines.grammar import ToolCallMasker
 from arft.engines.transformers.sampling import RowSampling
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
     import torch
 
 LOOK_AHEAD_TOKENS = 8
@@ -120,7 +121,7 @@ class FinishRules:
     it sits inside a constrained call's arguments or a continuation string follows it),
     ``length``, or ``None`` to go on. Called once per sampled token."""
 
-    def __init__(self, tokenizer: Any, eos_ids: frozenset[int], masker: ToolCallMasker) -> None:
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", eos_ids: frozenset[int], masker: ToolCallMasker) -> None:
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
         self.masker = masker
@@ -152,7 +153,7 @@ class FinishRules:
         """After a stop: go on if a continuation string follows, else end at the stop."""
         assert row.stop_at is not None
         follow = row.request.params.stop_unless_followed_by
-        ahead = self.tokenizer.decode(row.tokens[row.stop_at:], skip_special_tokens=False).lstrip()
+        ahead = str(self.tokenizer.decode(row.tokens[row.stop_at:], skip_special_tokens=False)).lstrip()
         if row.tokens[-1] not in self.eos_ids:
             if any(ahead.startswith(f) for f in follow):  # e.g. a second <tool_call>: carry on
                 row.stop_at, row.scan_from = None, len(row.tokens)
@@ -166,11 +167,11 @@ class FinishRules:
         return "stop"
 
 
-def generation(row: Row, tokenizer: Any) -> Generation:
+def generation(row: Row, tokenizer: "PreTrainedTokenizerBase") -> Generation:
     """The finished row as the caller's ``Generation``."""
     text = tokenizer.decode(row.tokens, skip_special_tokens=False)
     return Generation(token_ids=tuple(row.tokens), logprobs=tuple(row.logprobs), text=text,
-                      finish_reason=row.finish,  # type: ignore[arg-type]
+                      finish_reason=row.finish,
                       constrained=tuple(row.constrained))
 
 

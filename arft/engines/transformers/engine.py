@@ -62,6 +62,7 @@ from arft.engines.transformers.sampling import sample_rows
 from arft.models.hf_model import eos_ids, torch_device, weights_fingerprint
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
     import torch
 
     from arft.config import EngineSpec
@@ -115,7 +116,7 @@ class TransformersEngine:
         constraint cannot enforce fails before any rollout (``ConstraintError``)."""
         self.masker.compile(grammar)
 
-    def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 32,
+    def __init__(self, model: Any, tokenizer: "PreTrainedTokenizerBase", max_batch_size: int = 32,
                  device: str | None = None, prefix_cache_mb: float = 2048, cascade_attention: bool = True,
                  packed_linears: bool = True, fused_pass: bool = True, cpu_kernels: bool = True) -> None:
         if max_batch_size < 1:

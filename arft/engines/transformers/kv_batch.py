@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from arft.models.token_ids import common_prefix
 
@@ -183,11 +183,12 @@ class KVBatch:
         layer_type = growing_layer()
         for layer in self.cache.layers:
             kbuf = getattr(layer, "kbuf", None)
-            if type(layer) is not layer_type or kbuf is None or layer.keys.dim() != 4:
+            if type(layer) is not layer_type or kbuf is None:
                 return False
-            if kbuf.shape[0] < max(rows, b) or kbuf.shape[-2] < max(length, t):
+            grown = cast(Growing, layer)  # a growing_layer() layer, its buffers built
+            if grown.keys.dim() != 4 or kbuf.shape[0] < max(rows, b) or kbuf.shape[-2] < max(length, t):
                 return False
-            if layer.keys.shape[0] != b or layer.keys.shape[-2] != t or not layer.in_buffer():
+            if grown.keys.shape[0] != b or grown.keys.shape[-2] != t or not grown.in_buffer():
                 return False
         return True
 
@@ -242,6 +243,18 @@ def _rebuild(layer: Any, parts: list[tuple["torch.Tensor", "torch.Tensor"]], t: 
         layer.kbuf, layer.vbuf = kbuf, vbuf
 
 
+class Growing(Protocol):
+    """What a ``growing_layer()`` layer holds: its cache as leading views of larger buffers."""
+
+    spare: int
+    keys: torch.Tensor
+    values: torch.Tensor
+    kbuf: torch.Tensor | None
+    vbuf: torch.Tensor | None
+
+    def in_buffer(self) -> bool: ...
+
+
 @functools.cache
 def growing_layer() -> type:
     """A ``DynamicLayer`` that appends into spare capacity instead of re-concatenating (the
@@ -252,44 +265,55 @@ def growing_layer() -> type:
 
     class GrowingLayer(DynamicLayer):
         spare = 128  # positions allocated ahead each time the buffer is (re)built
+        keys: torch.Tensor  # set by lazy_initialization before any read
+        values: torch.Tensor
+        kbuf: torch.Tensor | None
+        vbuf: torch.Tensor | None
 
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
                 self.kbuf = self.vbuf = None
             t = self.keys.shape[-2] if self.keys.dim() == 4 else 0
             n = key_states.shape[-2]
-            if not self._fits(t + n, key_states):
+            if not _fits(self, t + n, key_states):
                 pairs = ((self.keys, key_states), (self.values, value_states))
-                self.kbuf, self.vbuf = (self._buffer(old, new, t, n) for old, new in pairs)
+                self.kbuf, self.vbuf = (_buffer(self, old, new, t, n) for old, new in pairs)
+            kbuf, vbuf = self.kbuf, self.vbuf
+            assert kbuf is not None and vbuf is not None  # the buffers that fit, or the ones just built
             b = key_states.shape[0]
-            self.kbuf[:b, :, t:t + n] = key_states
-            self.vbuf[:b, :, t:t + n] = value_states
-            self.keys, self.values = self.kbuf[:b, :, :t + n], self.vbuf[:b, :, :t + n]
+            kbuf[:b, :, t:t + n] = key_states
+            vbuf[:b, :, t:t + n] = value_states
+            self.keys, self.values = kbuf[:b, :, :t + n], vbuf[:b, :, :t + n]
             return self.keys, self.values
 
         def in_buffer(self) -> bool:
-            """``keys``/``values`` are the leading views of ``kbuf``/``vbuf``."""
-            return (self.kbuf is not None and self.keys.data_ptr() == self.kbuf.data_ptr()
+            """``keys``/``values`` are the leading views of ``kbuf``/``vbuf`` (set together)."""
+            return (self.kbuf is not None and self.vbuf is not None and self.keys.data_ptr() == self.kbuf.data_ptr()
                     and self.keys.stride() == self.kbuf.stride()
                     and self.values.data_ptr() == self.vbuf.data_ptr()
                     and self.values.stride() == self.vbuf.stride())
 
-        def _fits(self, length: int, new: Any) -> bool:
-            kbuf = self.kbuf
-            if kbuf is None or kbuf.shape[-2] < length or kbuf.shape[0] < new.shape[0] \
-                    or kbuf.shape[1] != new.shape[1]:
-                return False
-            if self.keys.dim() != 4:
-                return True
-            return self.keys.shape[0] == new.shape[0] and self.in_buffer()
-
-        def _buffer(self, old: Any, new: Any, t: int, n: int) -> Any:
-            rows = max(new.shape[0], 0 if self.kbuf is None else self.kbuf.shape[0])  # keep spare rows
-            shape = (rows, new.shape[1], t + n + self.spare, new.shape[-1])
-            buf = new.new_empty(shape)
-            if t:
-                buf[:old.shape[0], :, :t] = old
-            return buf
-
     return GrowingLayer
+
+
+def _fits(layer: Growing, length: int, new: torch.Tensor) -> bool:
+    """Whether ``layer``'s buffers take ``new``'s rows up to position ``length`` as they are."""
+    kbuf = layer.kbuf
+    if kbuf is None or kbuf.shape[-2] < length or kbuf.shape[0] < new.shape[0] \
+            or kbuf.shape[1] != new.shape[1]:
+        return False
+    if layer.keys.dim() != 4:
+        return True
+    return layer.keys.shape[0] == new.shape[0] and layer.in_buffer()
+
+
+def _buffer(layer: Growing, old: torch.Tensor, new: torch.Tensor, t: int, n: int) -> torch.Tensor:
+    """A new buffer for ``t + n`` positions and ``layer.spare`` more, holding ``old``'s ``t``."""
+    rows = max(new.shape[0], 0 if layer.kbuf is None else layer.kbuf.shape[0])  # keep spare rows
+    shape = (rows, new.shape[1], t + n + layer.spare, new.shape[-1])
+    buf = new.new_empty(shape)
+    if t:
+        buf[:old.shape[0], :, :t] = old
+    return buf

@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arft.config import JobError
 from arft.cpu import threads as cpu_threads
 from arft.models.hf_model import merged_copy
 from arft.engines.transformers.engine import TransformersEngine
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def merges_lora(choice: str, policy: Any) -> bool:
@@ -54,7 +57,8 @@ class SnapshotEngine(TransformersEngine):
     """Whether the copy is a plain model with the policy's LoRA adapters merged into its weights."""
 
     @classmethod
-    def of(cls, policy: Any, tokenizer: Any, merge_lora: bool = False, **kwargs: Any) -> "SnapshotEngine":
+    def of(cls, policy: Any, tokenizer: "PreTrainedTokenizerBase", merge_lora: bool = False,
+           **kwargs: Any) -> "SnapshotEngine":
         """An engine over a frozen eval-mode copy of ``policy``, with its LoRA adapters merged into
         the weights when ``merge_lora`` (``kwargs``: the engine's)."""
         if merge_lora:
