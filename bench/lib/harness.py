@@ -157,7 +157,9 @@ def record(name: str, result: Mapping[str, Any], *, argv: Sequence[str] | None =
     """Write ``result`` to ``results/NAME.json`` with its stamp and the command's arguments.
 
     ``result`` holds the benchmark's own figures (JSON data); the latest run of a benchmark
-    replaces its file, so the committed file is the figure the docs show.
+    replaces its file, so the committed file is the figure the docs show; ``docs/benchmarks.md`` is
+    rendered again from the results at once (where ``results`` is the repository's), so the page
+    never lags behind them.
     """
     body = {"name": name, "stamp": asdict(stamp()), "argv": list(_own_argv() if argv is None else argv),
             "result": dict(result)}
@@ -165,4 +167,8 @@ def record(name: str, result: Mapping[str, Any], *, argv: Sequence[str] | None =
     path = results / f"{name}.json"
     path.write_text(json.dumps(body, indent=2, default=str) + "\n")
     log(f"recorded {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    if results == RESULTS:
+        from bench.lib.docs import write_docs  # docs imports this module: imported here, not at the top
+
+        log(f"wrote {write_docs().relative_to(ROOT)}")
     return path

