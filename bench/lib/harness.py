@@ -141,9 +141,14 @@ def _cpu() -> tuple[str, set[str]]:
 
 
 def _torch_version() -> str | None:
-    # Only when a benchmark already imported torch: importing it just for the stamp costs seconds.
-    torch = sys.modules.get("torch")
-    return getattr(torch, "__version__", None) if torch else None
+    # The installed distribution's version: importing torch just for the stamp costs seconds, and
+    # a benchmark that trains in subprocesses never imports it here.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
 
 
 def _own_argv() -> list[str]:
