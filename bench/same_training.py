@@ -12,7 +12,11 @@ tree on ``PYTHONPATH``; the old ``arft.trainer.loop.train`` and the new ``arft.a
 are both found.
 
 Measured for the application-layer refactor (1fce8af -> the tree after it): identical rewards,
-gradient norms, ratios and token counts at every step.
+gradient norms, ratios and token counts at every step. Run-to-run noise: on an AMD EPYC (2 cores,
+2026-12-06) one revision against itself (``same_training 551906e 551906e``) gave gradient norms
+1e-6 apart in some runs (two discrete values, which both revisions produce; ``MKL_CBWR`` did not
+remove it), rewards, token counts and evals equal. A difference of that size and shape is noise;
+run the revision against itself to see it on the machine at hand.
 """
 
 from __future__ import annotations
@@ -62,10 +66,10 @@ def run(tree: Path, out: Path) -> list[dict[str, float]]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def tree_of(rev: str | None, work: Path) -> Path:
+def tree_of(rev: str | None, work: Path, arm: int) -> Path:
     if rev is None:
         return ROOT
-    tree = work / f"tree-{rev}"
+    tree = work / f"tree-{arm}-{rev}"  # the arm too: a revision against itself measures the noise
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), rev], check=True)
     return tree
 
@@ -77,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        trees = [tree_of(args.old, work), tree_of(args.new, work)]
+        trees = [tree_of(args.old, work, 0), tree_of(args.new, work, 1)]
         try:
             rows = [run(tree, work / f"run{i}") for i, tree in enumerate(trees)]
         finally:
