@@ -69,3 +69,10 @@ def test_every_allowed_long_file_exists_and_is_long() -> None:
         path = PACKAGE.parent / name
         assert path.is_file(), f"{name} is in LONG_FILES but does not exist"
         assert len(path.read_text(encoding="utf-8").splitlines()) > MAX_FILE_LINES, f"{name} is short now"
+
+
+def test_the_engines_root_keeps_only_what_every_engine_shares() -> None:
+    """The root of ``engines/`` holds the protocol, the factory, the grammar and the small backends;
+    a big backend's internals go to its own folder (``transformers/``, ``vllm/``), not beside them."""
+    root = sorted(p.name for p in (PACKAGE / "engines").glob("*.py"))
+    assert len(root) <= 8, f"engines/ root has {len(root)} files: {root}; give a big backend its folder"
