@@ -134,6 +134,27 @@ class Timings(Frozen):
     total_s: float = 0.0
 
 
+class PolicyStamp(Frozen):
+    """Which weights sampled a completion: the training step they come from and a short content hash
+    (``arft.models.weights_hash``: the adapter under LoRA, every weight of a full fine-tune). The
+    proof that what an engine serves is what the trainer trained (docs/weights.md)."""
+
+    version: int
+    """The training step whose update produced these weights; 0 = the weights the run started from."""
+    hash: str
+    """The first 16 hex digits of a sha256 over the trainable tensors in name order."""
+
+
+class TokenSegment(Frozen):
+    """Exact tokens of one part of a trajectory that was not append-only: an agent program that
+    rewrote its history (summarised, dropped messages) starts a new segment (docs/agents.md).
+    Each segment trains as its own sequence with the rollout's advantage."""
+
+    token_ids: tuple[int, ...]
+    loss_mask: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
 class Rollout(Frozen):
     """One traced multi-turn episode of one task.
 
@@ -162,6 +183,15 @@ class Rollout(Frozen):
     when no turn was constrained."""
     constrained_calls: int = 0
     """Tool calls written under a tool-call grammar (valid by construction)."""
+    policy: PolicyStamp | None = None
+    """The weights that sampled the rollout's last turn; None for engines that cannot say (the
+    ``openai`` engine) and for rollouts recorded before stamps existed."""
+    segments: tuple[TokenSegment, ...] = ()
+    """The earlier segments of a trajectory whose history was rewritten (an agent program through
+    the gateway); ``token_ids`` etc. are the last segment. Empty for append-only trajectories."""
+    output: str | None = None
+    """An agent program's final output, as it returned it (JSON text for a JSON value); None for
+    arft's own loop, whose output is its last assistant message (``output_text``)."""
     n_turns: int = 0
     parse_errors: int = 0
     finish_reason: FinishReason = "answer"
@@ -173,7 +203,10 @@ class Rollout(Frozen):
 
     @property
     def output_text(self) -> str:
-        """The content of the last assistant message ('' when there is none)."""
+        """An agent program's final output, else the content of the last assistant message ('' when
+        there is none)."""
+        if self.output is not None:
+            return self.output
         for m in reversed(self.messages):
             if m.role == "assistant":
                 return m.content or ""
@@ -195,7 +228,16 @@ class Rollout(Frozen):
 
     @property
     def n_sampled_tokens(self) -> int:
-        return sum(self.loss_mask)
+        return sum(self.loss_mask) + sum(sum(s.loss_mask) for s in self.segments)
+
+    @property
+    def token_segments(self) -> tuple[TokenSegment, ...]:
+        """Every segment of exact tokens, earlier ones first, this rollout's own last (empty when
+        the engine exposed no tokens)."""
+        if not self.token_ids:
+            return self.segments
+        return (*self.segments, TokenSegment(token_ids=self.token_ids, loss_mask=self.loss_mask,
+                                             logprobs=self.logprobs))
 
 
 class TrainBatch(Frozen):

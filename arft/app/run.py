@@ -20,6 +20,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from arft.app.gateway.driver import program_driver
 from arft.config import JobSpec
 from arft.data.dataset import check_task_tools
 from arft.data.splits import Split, split_path
@@ -89,11 +90,15 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
         toolbox = await open_toolbox(job.rl.tools, job.base_dir)
         stack.push_async_callback(toolbox.aclose)
         for split, tasks in (splits or {}).items():
-            check_tools(job, tasks, toolbox, split)
+            if job.agent.type == "arft":  # an agent program brings its own tools
+                check_tools(job, tasks, toolbox, split)
         run_dir.path.mkdir(parents=True, exist_ok=True)
         store = stack.enter_context(RunStore(run_dir.store))
         runner = RolloutRunner.from_job(job, engine, toolbox, grader, store=store,
                                         workspace_root=run_dir.workspaces)
+        if job.agent.type != "arft":
+            on_status("starting the gateway for the agent program")
+            runner.driver = await stack.enter_async_context(program_driver(job, engine))
         yield Run(job, run_dir, engine, toolbox, grader, store, runner)
 
 

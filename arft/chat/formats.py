@@ -220,6 +220,12 @@ class ChatFormat:
 
     # ----------------------------------------------------------------- rendering
 
+    def listed_tools(self, tools: Sequence[dict[str, object]], tool_choice: ToolChoice = "auto"
+                     ) -> list[dict[str, Any]]:
+        """The tool schemas the prompt lists under ``tool_choice`` (``none``: none; a named tool:
+        only that one)."""
+        return self._listed(tools, parse_tool_choice(tool_choice))
+
     def _listed(self, tools: Sequence[dict[str, object]], choice: tuple[str, str | None]
                 ) -> list[dict[str, Any]]:
         """The tool schemas shown to the model under ``choice``."""

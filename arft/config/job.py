@@ -9,6 +9,7 @@ from pydantic import (BaseModel, Field, FieldSerializationInfo, ValidationInfo, 
                       model_validator)
 
 from arft.config import auto
+from arft.config.agents import AgentSpec, ArftAgentSpec, with_agent_type
 from arft.config.base import EMBEDDED_MODEL, Auto, Spec
 from arft.config.graders import GraderSpec, as_written
 from arft.config.engines import EngineSpec, TransformersEngineSpec, its_own_options, with_engine_type
@@ -102,6 +103,9 @@ class JobSpec(Spec):
     """Accepted for hosted jobs (a name suffix for the trained model)."""
     method: Method
     """The hosted ``method``: ``{type: reinforcement, reinforcement: {...}}``."""
+    agent: AgentSpec = Field(default_factory=ArftAgentSpec)
+    """Who drives a rollout: arft's own loop (``arft``, the default) or your agent program
+    (``python`` / ``command``) through arft's gateway (docs/agents.md)."""
     engine: EngineSpec = Field(default_factory=TransformersEngineSpec)
     """Which engine generates the rollouts (``type``: transformers, vllm or openai, each with
     its own options)."""
@@ -121,6 +125,11 @@ class JobSpec(Spec):
     """Where runs are written (default: runs/<job name>-<time>), relative to the current dir."""
     base_dir: Path = Field(default=Path("."), exclude=True)
     """The job file's folder (set by the loader); input paths resolve against it."""
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _infer_agent_type(cls, v: Any) -> Any:
+        return with_agent_type(v)
 
     @field_validator("engine", mode="before")
     @classmethod

@@ -70,7 +70,8 @@ def _choice_finish_reason(rollout: Rollout, final: Message | None) -> str:
 def build_sample(rollout: Rollout, workspace: Path | None = None) -> dict[str, object]:
     """The ``sample`` namespace graders read, as plain JSON-compatible values.
 
-    Keys: ``output_text`` (content of the final assistant message, '' when none),
+    Keys: ``output_text`` (an agent program's final output, else the content of the final
+    assistant message, '' when none),
     ``output_json`` (``output_text`` parsed as JSON, ``None`` when it is not JSON),
     ``output_tools`` (all tool calls of the rollout, chat-completions shape, in order),
     ``choices`` (``[{"index": 0, "message", "finish_reason"}]`` for the final assistant message)
@@ -81,6 +82,8 @@ def build_sample(rollout: Rollout, workspace: Path | None = None) -> dict[str, o
     """
     final = _final_assistant(rollout)
     output_text = (final.content or "") if final is not None else ""
+    if rollout.output is not None:  # what the agent program returned is its answer
+        output_text = rollout.output
     output_tools = [call.model_dump(mode="json")
                     for m in rollout.messages if m.role == "assistant"
                     for call in m.tool_calls or ()]

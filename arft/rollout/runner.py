@@ -6,7 +6,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from arft.config import JobSpec, auto
 from arft.engines.base import ChatEngine, SamplingParams, supports_constraints, TakesGrammar, TokenEngine
@@ -60,6 +60,15 @@ def check_tool_grammar(engine: TokenEngine | ChatEngine, chat_format: ChatFormat
         engine.check_grammar(grammar)
 
 
+class RolloutDriver(Protocol):
+    """Who drives a rollout other than arft's own loop: the user's agent program through the
+    gateway (``arft.app.gateway.driver``). It returns the ungraded rollout; the runner grades and
+    stores it as any other."""
+
+    async def rollout(self, task: Task, *, trace_id: str, run_id: str, sample_index: int,
+                      step: int | None, seed: int | None) -> Rollout: ...
+
+
 @dataclass
 class RolloutRunner:
     """Everything needed to turn (task, sample index) into a graded, stored Rollout."""
@@ -81,6 +90,8 @@ class RolloutRunner:
     concurrency: int = 32
     constrain: bool = False
     """Constrained tool calls for every tool (``rollout.constrained_tool_calls`` resolved)."""
+    driver: RolloutDriver | None = None
+    """The job's agent program (``agent: python | command``); None: arft's own loop."""
 
     @classmethod
     def from_job(cls, job: JobSpec, engine: TokenEngine | ChatEngine, toolbox: Toolbox, grader: object,
@@ -123,9 +134,13 @@ class RolloutRunner:
         trace_id = new_trace_id()
         workspace = self._workspace(trace_id, task)
         try:
-            rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.tools, self.limits,
-                                        trace_id=trace_id, run_id=run_id,
-                                        sample_index=sample_index, workspace=workspace, step=step)
+            if self.driver is not None:
+                rollout = await self.driver.rollout(task, trace_id=trace_id, run_id=run_id,
+                                                    sample_index=sample_index, step=step, seed=seed)
+            else:
+                rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.tools, self.limits,
+                                            trace_id=trace_id, run_id=run_id,
+                                            sample_index=sample_index, workspace=workspace, step=step)
             if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
                 score = await grade_rollout(self.grader, rollout, workspace)
                 rollout = rollout.model_copy(update={
@@ -155,7 +170,7 @@ class RolloutRunner:
         With ``seed``, rollout (i, k) samples from seed ``sample_seed(seed, samples, i, k)``: the
         same seed reproduces the same rollouts whatever else runs concurrently.
         """
-        if self.chat_format is not None and supports_constraints(self.engine):
+        if self.chat_format is not None and supports_constraints(self.engine) and self.driver is None:
             for schemas in {json.dumps(t.tools, sort_keys=True): t.tools for t in tasks if t.tools}.values():
                 check_tool_grammar(self.engine, self.chat_format, schemas, self.constrain)
         gate = asyncio.Semaphore(self.concurrency)

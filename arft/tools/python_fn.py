@@ -158,53 +158,54 @@ class PythonTool:
         return ", ".join(parts) or "no parameters ({})"
 
 
-def load_function(ref: str, base_dir: Path) -> Callable[..., Any]:
+def load_function(ref: str, base_dir: Path, what: str = "python tool function") -> Callable[..., Any]:
     """Import ``package.module:attr`` or ``file.py:attr`` (relative to ``base_dir``).
 
-    ``attr`` may be dotted (``Class.method``). Raises ``ToolSetupError`` naming the reference and the fix.
+    ``attr`` may be dotted (``Class.method``). Raises ``ToolSetupError`` naming the reference (as
+    ``what``: an agent entrypoint too) and the fix.
     """
     target, sep, attr = ref.rpartition(":")
     if not sep or not target or not attr:
-        raise ToolSetupError(f"python tool function '{ref}': write it as 'package.module:function' "
+        raise ToolSetupError(f"{what} '{ref}': write it as 'package.module:function' "
                              "or 'path/to/file.py:function'")
     is_file = target.endswith(".py") or "/" in target or "\\" in target
-    module = _import_file(ref, target, base_dir) if is_file else _import_module(ref, target)
+    module = _import_file(ref, target, base_dir, what) if is_file else _import_module(ref, target, what)
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             names = sorted(n for n in dir(module) if not n.startswith("_"))
-            raise ToolSetupError(f"python tool function '{ref}': '{target}' has no attribute "
+            raise ToolSetupError(f"{what} '{ref}': '{target}' has no attribute "
                                  f"'{attr}'; it defines: {', '.join(names) or 'nothing public'}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ToolSetupError(f"python tool function '{ref}': '{attr}' is not callable (it is "
+        raise ToolSetupError(f"{what} '{ref}': '{attr}' is not callable (it is "
                              f"of type {type(obj).__name__}); point at a function")
     return obj
 
 
-def _import_module(ref: str, name: str) -> Any:
+def _import_module(ref: str, name: str, what: str) -> Any:
     try:
         return importlib.import_module(name)
     except Exception as e:
-        raise ToolSetupError(f"python tool function '{ref}': cannot import module '{name}' "
+        raise ToolSetupError(f"{what} '{ref}': cannot import module '{name}' "
                              f"({type(e).__name__}: {e}); install it or put it on PYTHONPATH, or "
                              "use 'path/to/file.py:function'") from e
 
 
-def _import_file(ref: str, target: str, base_dir: Path) -> Any:
+def _import_file(ref: str, target: str, base_dir: Path, what: str) -> Any:
     path = Path(target).expanduser()
     path = (path if path.is_absolute() else Path(base_dir) / path).resolve()
     if not path.is_file():
-        raise ToolSetupError(f"python tool function '{ref}': file {path} not found (relative paths "
+        raise ToolSetupError(f"{what} '{ref}': file {path} not found (relative paths "
                              f"are resolved against the job file's folder {Path(base_dir).resolve()})")
     # A unique module name: two jobs (or two tools) may load different files called tools.py.
     name = f"arft_tool_{path.stem}_{uuid.uuid4().hex[:8]}"
     try:
         return load_file(path, name)
     except NotAPythonFile as e:
-        raise ToolSetupError(f"python tool function '{ref}': {path} is not an importable Python file") from e
+        raise ToolSetupError(f"{what} '{ref}': {path} is not an importable Python file") from e
     except Exception as e:
-        raise ToolSetupError(f"python tool function '{ref}': importing {path} failed "
+        raise ToolSetupError(f"{what} '{ref}': importing {path} failed "
                              f"({type(e).__name__}: {e}); fix the file") from e
 
 

@@ -22,13 +22,16 @@ def to_train_batch(rollouts: Sequence[Rollout], advantages: Sequence[float | Non
 
     Infra-failed rollouts must already have ``None`` advantages (they were never graded); they
     are checked again here because an infrastructure failure must add nothing to the gradient.
+    A rollout whose history was rewritten (``Rollout.segments``, an agent program through the
+    gateway) gives one sequence per segment, each with the rollout's advantage.
     """
-    keep = [(r, a) for r, a in zip(rollouts, advantages, strict=True)
-            if a is not None and r.status != "infra_failed" and r.token_ids and any(r.loss_mask)]
+    keep = [(seg, float(a), r.trace_id) for r, a in zip(rollouts, advantages, strict=True)
+            if a is not None and r.status != "infra_failed"
+            for seg in r.token_segments if any(seg.loss_mask)]
     return TrainBatch(
-        input_ids=tuple(r.token_ids for r, _ in keep), loss_mask=tuple(r.loss_mask for r, _ in keep),
-        old_logprobs=tuple(r.logprobs for r, _ in keep), advantages=tuple(float(a) for _, a in keep),
-        trace_ids=tuple(r.trace_id for r, _ in keep))
+        input_ids=tuple(s.token_ids for s, _, _ in keep), loss_mask=tuple(s.loss_mask for s, _, _ in keep),
+        old_logprobs=tuple(s.logprobs for s, _, _ in keep), advantages=tuple(a for _, a, _ in keep),
+        trace_ids=tuple(t for _, _, t in keep))
 
 
 @dataclass

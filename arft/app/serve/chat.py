@@ -12,16 +12,18 @@ listed in ``IGNORED``). A request is turned into the same things a rollout uses:
   constrained (``ServedModel.constrain``) or a tool is ``"strict": true``;
 * the reply: ``ChatFormat.parse`` splits the sampled text into content and ``tool_calls``.
 
-A turn whose call block could not be parsed (cut by ``max_tokens``, say) is returned as plain
-content, exactly as written, with no ``tool_calls``: nothing is repaired or dropped.
+A reply cut by ``max_tokens`` keeps its complete calls as ``tool_calls`` and drops the call it
+was writing (its text is not returned as content), with ``finish_reason`` ``length``. Any other
+turn whose call block could not be parsed is returned as plain content, exactly as written, with
+no ``tool_calls``: nothing is repaired. A prompt over the model's context, a ``tool`` message that
+answers no call, and fields arft cannot honour are refused before any model work
+(``arft.app.serve.checks``).
 ``stream_chunks`` yields the same reply as ``chat.completion.chunk`` objects (``StreamSplitter``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -29,32 +31,31 @@ from typing import Any, AsyncIterator, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from arft.app.serve.checks import (ChatRequestError, check_prompt_size, check_tool_results, context_window,
+                                   fit_context, for_server, longest_token)
+from arft.app.serve.stream import StreamSplitter
 from arft.data.dataset import RowError, parse_messages, parse_tools
 from arft.engines.base import (Generation, SamplingParams, StreamsTokens, TakesGrammar, TokenEngine,
                                supports_constraints)
 from arft.chat.formats import ChatFormat, Rendered
 from arft.chat.constraints import ConstraintError, Grammar, JsonGrammar, check_schema
 from arft.chat.tool_prompt import ChatFormatError, parse_tool_choice
-from arft.chat.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, new_call_id, strip_end_of_turn
+from arft.chat.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, ParsedTurn, strip_end_of_turn
 from arft.errors import ArftError
+from arft.records import Message
 from arft.seeds import choice_seed
 
 IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key",
                      "safety_identifier", "stream_options", "reasoning_effort", "verbosity"})
 """Request fields that change nothing here (bookkeeping, or effort for reasoning models)."""
-_NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None, "top_logprobs": None}
+_NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "logit_bias": None}
 """Fields arft cannot honour: accepted only at their neutral value."""
 _MESSAGE_NOISE = ("refusal", "annotations", "audio", "function_call", "reasoning_content")
 """Keys an OpenAI client sends back on assistant messages it got from a server (mostly null)."""
 
 
-class ChatRequestError(ArftError):
-    """A request arft cannot serve: HTTP 400 (or ``status``) with the field named in ``param``."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400,
-                 code: str | None = None) -> None:
-        super().__init__(message)
-        self.param, self.status, self.code = param, status, code
+__all__ = ["ChatRequest", "ChatRequestError", "Prepared", "ServedModel", "StreamSplitter", "complete",
+           "prepare", "reply_message", "stream_chunks"]
 
 
 # ValueError too: what `arft serve` cannot serve was a ValueError to served_models' callers before
@@ -86,6 +87,7 @@ class ChatRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
 
     def check_fields(self) -> None:
         """Refuse fields arft would otherwise ignore (``ChatRequestError`` naming the field)."""
@@ -99,6 +101,12 @@ class ChatRequest(BaseModel):
             raise ChatRequestError(f"unrecognized request argument supplied: {key}", key)
         if self.stream and self.n > 1:
             raise ChatRequestError("n > 1 cannot be streamed here: send n requests, or stream: false", "n")
+        if self.top_logprobs:  # the engines return the sampled token's logprob, not the alternatives
+            raise ChatRequestError("top_logprobs above 0 is not supported by arft serve: the engine gives "
+                                   "the logprob of each sampled token only; send 0 or leave it out", "top_logprobs")
+        if self.stream and self.logprobs:
+            raise ChatRequestError("logprobs cannot be streamed by arft serve: send stream: false to get "
+                                   "them", "logprobs")
 
 
 @dataclass
@@ -114,6 +122,15 @@ class ServedModel:
     max_tokens: int = 1024
     """Default and ceiling of ``max_tokens`` per reply."""
     created: int = field(default_factory=lambda: int(time.time()))
+    context: int | None = None
+    """Most tokens of prompt and reply together (default: what the engine's model says,
+    ``checks.context_window``; None there: not checked)."""
+    token_chars: int = 0
+    """Characters of the vocabulary's longest token (default: measured once, at start)."""
+
+    def __post_init__(self) -> None:
+        self.context = self.context or context_window(self.engine)
+        self.token_chars = self.token_chars or longest_token(self.fmt.tokenizer)
 
 
 @dataclass
@@ -124,26 +141,39 @@ class Prepared:
     params: SamplingParams
     choice: Any
     user_stops: tuple[str, ...]
+    messages: tuple[Message, ...] = ()
+    tools: tuple[dict[str, Any], ...] = ()
+    on_reply: Callable[[Generation, Message], None] | None = None
+    """Told the generation and the reply of choice 0 (the gateway records a rollout's tokens)."""
+    completion_tokens: int | None = None
+    """Tokens sampled for the reply (all choices), once it is done: for the access log."""
+
+    def replied(self, gen: Generation, message: dict[str, Any]) -> None:
+        if self.on_reply is not None:
+            self.on_reply(gen, parse_messages([message])[0])
 
 
 def prepare(model: ServedModel, req: ChatRequest) -> Prepared:
     """Check ``req`` and render it for ``model`` (``ChatRequestError`` naming the bad field)."""
     req.check_fields()
+    check_prompt_size(req.messages, model.context, model.token_chars)  # before tokenizing a huge prompt
     messages = _parsed(lambda: parse_messages([_clean(m) for m in req.messages]), "messages")
+    check_tool_results(messages)
     tools = list(_parsed(lambda: parse_tools(req.tools), "tools")) if req.tools else []
     choice = req.tool_choice if req.tool_choice is not None else ("auto" if tools else "none")
     stops = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     if len(stops) > 4 or not all(stops):
         raise ChatRequestError("'stop' takes up to 4 non-empty strings", "stop")
-    wanted = req.max_completion_tokens or req.max_tokens or model.max_tokens
-    if wanted > model.max_tokens:
-        raise ChatRequestError(f"max_tokens {wanted} is above this server's limit of {model.max_tokens} "
+    asked = req.max_completion_tokens or req.max_tokens
+    if asked and asked > model.max_tokens:
+        raise ChatRequestError(f"max_tokens {asked} is above this server's limit of {model.max_tokens} "
                                "(arft serve --max-tokens)", "max_tokens")
     try:
         kind = parse_tool_choice(choice)[0]
         rendered = model.fmt.render_prompt(messages, tools, choice)
     except ChatFormatError as e:
         raise ChatRequestError(str(e), "tool_choice") from None
+    wanted = fit_context(len(rendered.ids), model.context, asked, model.max_tokens)
     grammar: Grammar | None = json_grammar(model, req.response_format, bool(tools) and kind != "none")
     try:
         if grammar is None and tools and kind != "none" and supports_constraints(model.engine):
@@ -153,13 +183,15 @@ def prepare(model: ServedModel, req: ChatRequest) -> Prepared:
             model.engine.check_grammar(grammar)
             grammar = grammar.with_prefill(rendered.prefill)
     except ConstraintError as e:
-        raise ChatRequestError(str(e), "response_format" if isinstance(grammar, JsonGrammar) else "tools") from None
+        raise ChatRequestError(for_server(str(e)), "response_format" if isinstance(grammar, JsonGrammar)
+                               else "tools") from None
     params = SamplingParams(
         temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p, top_k=0, max_new_tokens=wanted,
         **model.fmt.turn_stops(stops, req.parallel_tool_calls), seed=req.seed,
         parallel_tool_calls=req.parallel_tool_calls, grammar=grammar)
-    return Prepared(rendered, params, "none" if isinstance(grammar, JsonGrammar) else choice, stops)
+    return Prepared(rendered, params, "none" if isinstance(grammar, JsonGrammar) else choice, stops,
+                    messages=tuple(messages), tools=tuple(tools))
 
 
 def json_grammar(model: ServedModel, response_format: dict[str, Any] | None, calls: bool) -> JsonGrammar | None:
@@ -187,7 +219,7 @@ def json_grammar(model: ServedModel, response_format: dict[str, Any] | None, cal
     try:
         check_schema(name, spec["schema"], subject=name)
     except ConstraintError as e:
-        raise ChatRequestError(str(e), "response_format") from None
+        raise ChatRequestError(for_server(str(e)), "response_format") from None
     return JsonGrammar(json_schema=spec["schema"], name=name)
 
 
@@ -215,9 +247,12 @@ def reply_message(model: ServedModel, prep: Prepared, gen: Generation,
         if gen.finish_reason == "stop" and text.endswith(stop):
             text = text[: -len(stop)]
     parsed = model.fmt.parse(prep.rendered.prefill, text, prep.choice)
+    cut = gen.finish_reason == "length"
+    if parsed.errors and cut:  # the call max_tokens cut is dropped; the complete ones before it stay
+        parsed = _before_last_call(model, prep, text) or parsed
     if parsed.errors:  # an unreadable call block: the turn as written, nothing repaired
         raw = strip_end_of_turn(prep.rendered.prefill + text, END_OF_TURN_MARKERS).strip()
-        return {"role": "assistant", "content": raw or None}, "length" if gen.finish_reason == "length" else "stop"
+        return {"role": "assistant", "content": raw or None}, "length" if cut else "stop"
     calls = []
     for i, call in enumerate(parsed.tool_calls):
         cid = call_ids[i] if call_ids and i < len(call_ids) else call.id
@@ -226,8 +261,18 @@ def reply_message(model: ServedModel, prep: Prepared, gen: Generation,
     message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
     if calls:
         message["tool_calls"] = calls
-        return message, "tool_calls"
-    return message, "length" if gen.finish_reason == "length" else "stop"
+        return message, "length" if cut else "tool_calls"
+    return message, "length" if cut else "stop"
+
+
+def _before_last_call(model: ServedModel, prep: Prepared, text: str) -> ParsedTurn | None:
+    """The turn without its last call block (the one ``max_tokens`` cut); None when what is left
+    does not parse either."""
+    whole = prep.rendered.prefill + text
+    if TOOL_CALL_OPEN not in whole:
+        return None
+    parsed = model.fmt.parse("", whole[: whole.rfind(TOOL_CALL_OPEN)], prep.choice)
+    return None if parsed.errors else parsed
 
 
 def _logprobs(model: ServedModel, gen: Generation) -> dict[str, Any]:
@@ -239,18 +284,21 @@ def _logprobs(model: ServedModel, gen: Generation) -> dict[str, Any]:
     return {"content": content}
 
 
-async def complete(model: ServedModel, req: ChatRequest) -> dict[str, Any]:
-    """The ``chat.completion`` answer to ``req`` (``n`` choices sampled concurrently)."""
-    prep = prepare(model, req)
+async def complete(model: ServedModel, req: ChatRequest, prep: Prepared | None = None) -> dict[str, Any]:
+    """The ``chat.completion`` answer to ``req`` (``n`` choices sampled concurrently; ``prep``:
+    already prepared)."""
+    prep = prep or prepare(model, req)
     params = [prep.params if prep.params.seed is None or i == 0 else
               prep.params.model_copy(update={"seed": choice_seed(prep.params.seed, i)}) for i in range(req.n)]
     gens = await asyncio.gather(*(model.engine.generate(prep.rendered.ids, p) for p in params))
     choices = []
     for i, gen in enumerate(gens):
         message, finish = reply_message(model, prep, gen)
+        if i == 0:
+            prep.replied(gen, message)
         choices.append({"index": i, "message": message, "finish_reason": finish,
                         "logprobs": _logprobs(model, gen) if req.logprobs else None})
-    completion = sum(len(g.token_ids) for g in gens)
+    completion = prep.completion_tokens = sum(len(g.token_ids) for g in gens)
     return {"id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
             "model": model.name, "choices": choices,
             "usage": _usage(len(prep.rendered.ids), completion)}
@@ -286,92 +334,14 @@ async def stream_chunks(model: ServedModel, req: ChatRequest, prep: Prepared) ->
         gen = job.result()
     finally:
         job.cancel()  # a client that went away stops the generation
+    prep.completion_tokens = len(gen.token_ids)
     message, finish = reply_message(model, prep, gen, splitter.call_ids)
+    prep.replied(gen, message)
     for delta in splitter.finish(message):
         yield chunk(delta)
     yield chunk({}, finish)
     if (req.stream_options or {}).get("include_usage"):
         yield {**head, "choices": [], "usage": _usage(len(prep.rendered.ids), len(gen.token_ids))}
-
-
-_NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
-
-
-class StreamSplitter:
-    """Turns the growing text of one reply into chat-completions deltas.
-
-    Content is streamed as it comes, up to the first ``<tool_call>``, holding back what might be
-    the start of a marker (``<tool_c``, ``<|im_e``) and trailing whitespace (a reply's content is
-    stripped). With ``early_names`` (a constrained turn: every call the grammar opened will be a
-    valid call of a real tool) a call's id and name are sent as soon as the name is written; its
-    arguments (and any later call, and content after the calls) are sent by ``finish`` from the
-    parsed reply, so the deltas always add up to the non-streamed message.
-    """
-
-    def __init__(self, prefill: str, early_names: bool) -> None:
-        self.prefill = prefill
-        self.early_names = early_names
-        self.sent = ""
-        self.call_ids: list[str] = []
-        self._names: list[str] = []
-        self._markers = (TOOL_CALL_OPEN, *END_OF_TURN_MARKERS)
-
-    def feed(self, sampled_text: str) -> list[dict[str, Any]]:
-        """Deltas for what became certain in ``prefill + sampled_text``."""
-        text = self.prefill + sampled_text
-        opened = text.find(TOOL_CALL_OPEN)
-        zone = text if opened < 0 else text[:opened]
-        ends = [i for i in (zone.find(m) for m in END_OF_TURN_MARKERS) if i >= 0]
-        if ends:
-            zone = zone[:min(ends)]
-        elif opened < 0:  # still growing: hold back what may become a marker
-            zone = zone[: len(zone) - self._partial_marker(zone)]
-        content = zone.strip()  # leading whitespace never counts; trailing waits for more text
-        deltas = []
-        if content.startswith(self.sent) and len(content) > len(self.sent):
-            deltas.append({"content": content[len(self.sent):]})
-            self.sent = content
-        if self.early_names and opened >= 0:
-            deltas += self._announce(text)
-        return deltas
-
-    def _partial_marker(self, zone: str) -> int:
-        """Length of the longest end of ``zone`` that starts a marker."""
-        for n in range(min(len(zone), max(map(len, self._markers))), 0, -1):
-            if any(m.startswith(zone[-n:]) for m in self._markers):
-                return n
-        return 0
-
-    def _announce(self, text: str) -> list[dict[str, Any]]:
-        deltas = []
-        blocks = text.split(TOOL_CALL_OPEN)[1:]
-        for i, block in enumerate(blocks):
-            if i < len(self._names):
-                continue
-            match = _NAME.match(block)
-            if match is None:
-                break
-            name = json.loads(f'"{match.group(1)}"')
-            self._names.append(name)
-            self.call_ids.append(new_call_id())
-            deltas.append({"tool_calls": [{"index": i, "id": self.call_ids[i], "type": "function",
-                                           "function": {"name": name, "arguments": ""}}]})
-        return deltas
-
-    def finish(self, message: dict[str, Any]) -> list[dict[str, Any]]:
-        """The deltas that complete ``message`` (the parsed reply) after what was streamed."""
-        deltas: list[dict[str, Any]] = []
-        for i, call in enumerate(message.get("tool_calls") or ()):
-            fn = call["function"]
-            if i < len(self._names):
-                deltas.append({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
-            else:
-                deltas.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                               "function": {"name": fn["name"], "arguments": fn["arguments"]}}]})
-        content = message.get("content") or ""
-        if content.startswith(self.sent) and len(content) > len(self.sent):
-            deltas.insert(0, {"content": content[len(self.sent):]})
-        return deltas
 
 
 def _completion_id() -> str:

@@ -1,0 +1,145 @@
+"""The gateway: an OpenAI-compatible server in front of the policy engine, one route per rollout.
+
+An agent program is given ``{url}/rollouts/{trace_id}/v1`` as its base URL, so its own client
+(openai, the Agents SDK, LangChain, litellm) needs no change. Each request on that route is
+answered exactly as ``arft serve`` answers it (``arft.app.serve.chat``: the run's chat format,
+constrained calls, streaming, OpenAI-shaped errors), with three differences for training:
+
+* the prompt ids come from the rollout's ``Capture`` (append-only turns reuse the sampled ids);
+* sampling is the job's (``sampling``: temperature, top_p, top_k, the per-turn seed): what the
+  agent asks for is overridden, so the logprobs are those the trainer assumes; ``max_tokens`` is
+  clamped to ``sampling.max_new_tokens`` and to what is left of ``rollout.max_tokens``;
+* any ``model`` name is accepted (the route decides the policy), ``n`` must be 1 (a rollout is one
+  trajectory), and a prompt over ``rollout.max_tokens`` is a 400 that ends the rollout as
+  truncated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
+
+from arft.app.gateway.capture import Capture
+from arft.app.serve.chat import ChatRequest, ChatRequestError, Prepared, ServedModel, complete, prepare, stream_chunks
+from arft.app.serve.server import _sse, error
+from arft.engines.base import EngineError, SamplingParams
+from arft.seeds import turn_seed
+from arft.serving import serve_here
+
+
+@dataclass
+class Route:
+    """One running rollout: its capture and the seed of its sampling."""
+
+    capture: Capture
+    seed: int | None
+    requests: int = 0
+
+
+@dataclass
+class Gateway:
+    """The routes of the rollouts that run now, over one policy engine (``model``)."""
+
+    model: ServedModel
+    params: SamplingParams
+    """The job's sampling (``SamplingParams.from_spec(job.sampling)``)."""
+    max_tokens: int
+    """``rollout.max_tokens``: the whole trajectory's token budget (one segment's)."""
+    routes: dict[str, Route] = field(default_factory=dict)
+    url: str = ""
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Gateway]:
+        """Serve on a free port of 127.0.0.1 until the block ends."""
+        async with serve_here(self.app(), name="the arft gateway") as url:
+            self.url = url
+            try:
+                yield self
+            finally:
+                self.url = ""
+
+    def base_url(self, trace_id: str) -> str:
+        """The OpenAI base URL an agent program uses for rollout ``trace_id``."""
+        return f"{self.url}/rollouts/{trace_id}/v1"
+
+    def open(self, trace_id: str, seed: int | None) -> Route:
+        """Start recording rollout ``trace_id`` (until ``close``)."""
+        route = Route(Capture(self.model.fmt, trace_id), seed)
+        self.routes[trace_id] = route
+        return route
+
+    def close(self, trace_id: str) -> None:
+        self.routes.pop(trace_id, None)
+
+    def app(self) -> FastAPI:
+        app = FastAPI(title="arft gateway", docs_url=None, redoc_url=None)
+
+        @app.get("/health")
+        async def health() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @app.get("/rollouts/{trace_id}/v1/models")
+        async def models(trace_id: str) -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": self.model.name, "object": "model", "created": 0,
+                                                "owned_by": "arft"}]}
+
+        @app.post("/rollouts/{trace_id}/v1/chat/completions")
+        async def chat(trace_id: str, request: Request) -> Any:
+            return await self.chat(trace_id, request)
+
+        return app
+
+    async def chat(self, trace_id: str, request: Request) -> Any:
+        """One model call of rollout ``trace_id``: a completion, a stream, or an OpenAI error."""
+        route = self.routes.get(trace_id)
+        if route is None:
+            return error(404, f"no rollout {trace_id!r} is running on this gateway: use the base URL "
+                         "arft gave the agent (OPENAI_BASE_URL)", code="rollout_not_found")
+        route.requests += 1
+        try:
+            req = ChatRequest.model_validate(await request.json())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return error(400, "the request body is not JSON: send a chat-completions request body")
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            return error(400, f"{where}: {first['msg']}", where or None)
+        try:
+            prep = self.prepare(route, req)
+            if not req.stream:
+                return await complete(self.model, req, prep)
+        except ChatRequestError as e:
+            return error(e.status, str(e), e.param, e.code)
+        except EngineError as e:
+            return error(500, f"generation failed: {e}", kind="server_error")
+        return StreamingResponse(_sse(stream_chunks(self.model, req, prep)), media_type="text/event-stream")
+
+    def prepare(self, route: Route, req: ChatRequest) -> Prepared:
+        """``req`` rendered from the rollout's captured ids, sampled as the job samples."""
+        if req.n != 1:
+            raise ChatRequestError("a rollout is one trajectory: the gateway samples n=1 (send n "
+                                   "requests for n answers)", "n")
+        req = req.model_copy(update={"max_tokens": None, "max_completion_tokens": None})
+        prep = prepare(self.model, req)
+        capture = route.capture
+        turn = capture.prompt(prep.messages, prep.tools, prep.choice, prep.rendered)
+        room = self.max_tokens - len(turn.rendered.ids)
+        if room <= 0:
+            capture.overflow = True
+            raise ChatRequestError(
+                f"the conversation is {len(turn.rendered.ids)} tokens, at or over this rollout's budget of "
+                f"{self.max_tokens} (rollout.max_tokens): the rollout ends here", "messages",
+                code="context_length_exceeded")
+        params = prep.params.model_copy(update={
+            "temperature": self.params.temperature, "top_p": self.params.top_p, "top_k": self.params.top_k,
+            "seed": None if route.seed is None else turn_seed(route.seed, capture.turns),
+            "max_new_tokens": min(self.params.max_new_tokens, room)})
+        return dataclasses.replace(prep, rendered=turn.rendered, params=params, on_reply=capture.record)
+
