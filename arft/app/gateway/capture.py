@@ -45,6 +45,8 @@ class Segment:
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    constrained: list[int] = field(default_factory=list)
+    """1 where a token was sampled under a tool-call grammar that excluded tokens."""
     prompt_len: int = 0
     """Ids of the first prompt (mask 0)."""
     ended_with_eos: bool = False
@@ -53,14 +55,17 @@ class Segment:
     last_request: int = 0
     """How many of ``messages`` the last request sent (the rest is its reply)."""
 
-    def append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = ()) -> None:
+    def append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = (),
+               constrained: Sequence[bool] = ()) -> None:
         self.token_ids.extend(ids)
         self.loss_mask.extend([1 if sampled else 0] * len(ids))
         self.logprobs.extend(logprobs if sampled else [0.0] * len(ids))
+        self.constrained.extend([int(c) for c in constrained] or [0] * len(ids))
 
     def rollback(self) -> None:
         """Forget the last reply (a retried request)."""
-        del self.token_ids[self.last_prompt:], self.loss_mask[self.last_prompt:], self.logprobs[self.last_prompt:]
+        end = self.last_prompt
+        del self.token_ids[end:], self.loss_mask[end:], self.logprobs[end:], self.constrained[end:]
         del self.messages[self.last_request:]
 
     def frozen(self) -> TokenSegment:
@@ -88,6 +93,11 @@ class Capture:
     kinds: dict[str, int] = field(default_factory=lambda: {"first": 0, "append": 0, "retry": 0, "split": 0})
     overflow: bool = False
     """A request did not fit ``rollout.max_tokens``: the rollout ends as truncated."""
+    constrained_calls: int = 0
+    """Tool calls written under a tool-call grammar (as ``Rollout.constrained_calls``)."""
+    cut: bool = False
+    """The last reply was cut by ``max_new_tokens``: an agent that then fails failed on the policy's
+    reply, not on its own (the rollout is truncated and graded, as in arft's loop)."""
     policy: Any = None
     """The policy stamp of the last generation (``Generation.policy``), when engines give one."""
 
@@ -120,8 +130,11 @@ class Capture:
     def record(self, gen: Generation, reply: Message) -> None:
         """The sampled reply to the last ``prompt``: its ids (mask 1, with logprobs) and message."""
         seg = self.segments[-1]
-        seg.append(gen.token_ids, sampled=True, logprobs=gen.logprobs)
+        seg.append(gen.token_ids, sampled=True, logprobs=gen.logprobs, constrained=gen.constrained)
+        if any(gen.constrained):
+            self.constrained_calls += len(reply.tool_calls or ())
         seg.ended_with_eos = gen.finish_reason == "eos"
+        self.cut = gen.finish_reason == "length"
         seg.messages.append(reply)
         self.turns += 1
         self.policy = getattr(gen, "policy", None)
@@ -137,6 +150,8 @@ class Capture:
         last = self.segments[-1]
         return dict(token_ids=tuple(last.token_ids), loss_mask=tuple(last.loss_mask),
                     logprobs=tuple(last.logprobs), prompt_len=last.prompt_len,
+                    constrained_mask=tuple(last.constrained) if any(last.constrained) else (),
+                    constrained_calls=self.constrained_calls,
                     segments=tuple(s.frozen() for s in self.segments[:-1]))
 
 

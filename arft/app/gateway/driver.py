@@ -8,8 +8,9 @@ show``, the viewer and the report read it as any other rollout.
 
 How it ends (one line each):
 * the program returned: ``ok`` / ``answer``;
-* a request was over ``rollout.max_tokens`` (the program then usually fails): ``truncated`` /
-  ``max_tokens``, graded as arft's own loop grades a truncated rollout;
+* a request was over ``rollout.max_tokens``, or the program failed right after a reply cut by
+  ``sampling.max_new_tokens`` (the Agents SDK raises on an ``incomplete`` response): the policy's
+  doing, so ``truncated`` / ``max_tokens``, graded as arft's own loop grades a truncated rollout;
 * it timed out, raised, exited non-zero, or never called the gateway: ``infra_failed``, with the
   reason (stderr's tail) in ``error`` — not graded, no reward, excluded from the loss.
 """
@@ -71,7 +72,9 @@ class ProgramDriver:
 def program_row(task: Task) -> dict[str, Any]:
     """The dataset row as the program gets it: ``messages`` (and ``tools``, ``tool_choice`` when
     the row has them) plus the row's other fields."""
-    row: dict[str, Any] = {"messages": [m.to_openai() for m in task.messages]}
+    # Every message keeps its ``content`` key (null beside ``tool_calls``, as the dataset writes
+    # it): LangChain's message conversion refuses an assistant message without one.
+    row: dict[str, Any] = {"messages": [{"content": None, **m.to_openai()} for m in task.messages]}
     if task.tools is not None:
         row["tools"] = [dict(t) for t in task.tools]
     if task.tool_choice is not None:
@@ -81,7 +84,7 @@ def program_row(task: Task) -> dict[str, Any]:
 
 def _ending(route: Route, result: ProgramResult, client: ClientSettings
             ) -> tuple[RolloutStatus, FinishReason, str | None]:
-    if route.capture.overflow:
+    if route.capture.overflow or (result.error is not None and route.capture.cut and not result.timed_out):
         return "truncated", "max_tokens", result.error
     if result.timed_out:
         return "infra_failed", "timeout", result.error
@@ -104,7 +107,7 @@ def captured_rollout(task: Task, route: Route, result: ProgramResult, client: Cl
         trace_id=capture.trace_id, task_id=task.id, sample_index=sample_index, run_id=run_id, step=step,
         messages=tuple(messages), tool_calls=tool_call_records(capture), n_turns=capture.turns,
         finish_reason=finish, status=status, error=error, item=task.item,
-        output=result.output if status == "ok" else None,
+        output=result.output if status == "ok" else None, policy=capture.policy,
         timings=Timings(total_s=total_s), **capture.token_fields())
 
 

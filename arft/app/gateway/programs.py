@@ -13,6 +13,7 @@ import inspect
 import json
 import os
 import signal
+import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -76,7 +77,14 @@ class PythonProgram:
 
     @classmethod
     def from_spec(cls, spec: PythonAgentSpec, base_dir: Path, concurrency: int) -> PythonProgram:
-        """Raises ``ToolSetupError`` naming the entrypoint when it cannot be loaded."""
+        """Raises ``ToolSetupError`` naming the entrypoint when it cannot be loaded. A file's folder
+        goes on ``sys.path`` first, as ``python agent.py`` would put it: an agent imports its own
+        modules."""
+        target = spec.entrypoint.rpartition(":")[0]
+        if target.endswith(".py"):
+            folder = str((base_dir / target).resolve().parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
         fn = load_function(spec.entrypoint, base_dir, what="agent entrypoint")
         return cls(fn, spec.timeout_s, spec.concurrency or concurrency)
 

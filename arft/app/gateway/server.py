@@ -1,9 +1,10 @@
 """The gateway: an OpenAI-compatible server in front of the policy engine, one route per rollout.
 
 An agent program is given ``{url}/rollouts/{trace_id}/v1`` as its base URL, so its own client
-(openai, the Agents SDK, LangChain, litellm) needs no change. Each request on that route is
-answered exactly as ``arft serve`` answers it (``arft.app.serve.chat``: the run's chat format,
-constrained calls, streaming, OpenAI-shaped errors), with three differences for training:
+(openai, the Agents SDK's default Responses model, LangChain, litellm) needs no change. Each
+request on that route (``chat/completions`` or ``responses``) is answered by ``arft serve``'s own
+handlers (the run's chat format, constrained calls, streaming, disconnects, OpenAI-shaped
+errors), with three differences for training:
 
 * the prompt ids come from the rollout's ``Capture`` (append-only turns reuse the sampled ids);
 * sampling is the job's (``sampling``: temperature, top_p, top_k, the per-turn seed): what the
@@ -17,19 +18,18 @@ constrained calls, streaming, OpenAI-shaped errors), with three differences for 
 from __future__ import annotations
 
 import dataclasses
-import json
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from fastapi.responses import JSONResponse
 
 from arft.app.gateway.capture import Capture
-from arft.app.serve.chat import ChatRequest, ChatRequestError, Prepared, ServedModel, complete, prepare, stream_chunks
-from arft.app.serve.server import _sse, error
-from arft.engines.base import EngineError, SamplingParams
+from arft.app.serve.chat import ChatRequest, ChatRequestError, Prepared, ServedModel
+from arft.app.serve.server import Preparer, _chat, error, prepared
+from arft.engines.base import SamplingParams
 from arft.seeds import turn_seed
 from arft.serving import serve_here
 
@@ -79,7 +79,12 @@ class Gateway:
         self.routes.pop(trace_id, None)
 
     def app(self) -> FastAPI:
+        """The routes: chat completions and the Responses API, answered by ``arft serve``'s own
+        handlers with this gateway's preparer; ``models``; ``health``."""
+        from arft.app.serve.responses import respond  # beside server: it builds on server's `error`
+
         app = FastAPI(title="arft gateway", docs_url=None, redoc_url=None)
+        names = AnyName(self.model)
 
         @app.get("/health")
         async def health() -> dict[str, str]:
@@ -92,42 +97,38 @@ class Gateway:
 
         @app.post("/rollouts/{trace_id}/v1/chat/completions")
         async def chat(trace_id: str, request: Request) -> Any:
-            return await self.chat(trace_id, request)
+            route = self._route(trace_id)
+            return route if isinstance(route, JSONResponse) else await _chat(request, names, self.preparer(route))
+
+        @app.post("/rollouts/{trace_id}/v1/responses")
+        async def responses(trace_id: str, request: Request) -> Any:
+            route = self._route(trace_id)
+            return route if isinstance(route, JSONResponse) else await respond(request, names, self.preparer(route))
 
         return app
 
-    async def chat(self, trace_id: str, request: Request) -> Any:
-        """One model call of rollout ``trace_id``: a completion, a stream, or an OpenAI error."""
+    def _route(self, trace_id: str) -> Route | JSONResponse:
         route = self.routes.get(trace_id)
         if route is None:
             return error(404, f"no rollout {trace_id!r} is running on this gateway: use the base URL "
                          "arft gave the agent (OPENAI_BASE_URL)", code="rollout_not_found")
         route.requests += 1
-        try:
-            req = ChatRequest.model_validate(await request.json())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return error(400, "the request body is not JSON: send a chat-completions request body")
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            return error(400, f"{where}: {first['msg']}", where or None)
-        try:
-            prep = self.prepare(route, req)
-            if not req.stream:
-                return await complete(self.model, req, prep)
-        except ChatRequestError as e:
-            return error(e.status, str(e), e.param, e.code)
-        except EngineError as e:
-            return error(500, f"generation failed: {e}", kind="server_error")
-        return StreamingResponse(_sse(stream_chunks(self.model, req, prep)), media_type="text/event-stream")
+        return route
 
-    def prepare(self, route: Route, req: ChatRequest) -> Prepared:
-        """``req`` rendered from the rollout's captured ids, sampled as the job samples."""
-        if req.n != 1:
-            raise ChatRequestError("a rollout is one trajectory: the gateway samples n=1 (send n "
-                                   "requests for n answers)", "n")
-        req = req.model_copy(update={"max_tokens": None, "max_completion_tokens": None})
-        prep = prepare(self.model, req)
+    def preparer(self, route: Route) -> Preparer:
+        """``arft serve``'s preparation, then the rollout's captured ids and the job's sampling."""
+
+        async def prepare(request: Request, model: ServedModel, req: ChatRequest) -> Prepared:
+            if req.n != 1:
+                raise ChatRequestError("a rollout is one trajectory: the gateway samples n=1 (send n "
+                                       "requests for n answers)", "n")
+            req = req.model_copy(update={"max_tokens": None, "max_completion_tokens": None})
+            return self.turn(route, await prepared(request, model, req))
+
+        return prepare
+
+    def turn(self, route: Route, prep: Prepared) -> Prepared:
+        """``prep`` rendered from the rollout's captured ids, sampled as the job samples."""
         capture = route.capture
         turn = capture.prompt(prep.messages, prep.tools, prep.choice, prep.rendered)
         room = self.max_tokens - len(turn.rendered.ids)
@@ -143,3 +144,19 @@ class Gateway:
             "max_new_tokens": min(self.params.max_new_tokens, room)})
         return dataclasses.replace(prep, rendered=turn.rendered, params=params, on_reply=capture.record)
 
+
+class AnyName(Mapping[str, ServedModel]):
+    """Every model name maps to the policy: an agent's own model name (``gpt-4o``) needs no change,
+    the route decides what samples."""
+
+    def __init__(self, model: ServedModel) -> None:
+        self.model = model
+
+    def __getitem__(self, name: str) -> ServedModel:
+        return self.model
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([self.model.name])
+
+    def __len__(self) -> int:
+        return 1

@@ -96,6 +96,7 @@ async def test_append_only_agent_captures_the_ids_of_arfts_own_loop(model: Any, 
     assert got.status == "ok", got.error
     assert got.token_ids == own.token_ids and got.loss_mask == own.loss_mask
     assert got.logprobs == pytest.approx(own.logprobs, abs=1e-4)
+    assert got.constrained_mask == own.constrained_mask and got.constrained_calls == own.constrained_calls >= 1
     assert got.segments == () and +driver.kinds == {"first": 1, "append": 1}
     assert [c.output for c in got.tool_calls] == [c.output for c in own.tool_calls]
     assert got.output is not None and got.n_turns == 2
@@ -116,6 +117,7 @@ def test_same_message_compares_meaning_not_spelling() -> None:
 class FakeGen:
     def __init__(self, ids: list[int]) -> None:
         self.token_ids, self.logprobs, self.finish_reason = tuple(ids), tuple([-0.5] * len(ids)), "eos"
+        self.constrained = ()
 
 
 def test_capture_reuses_retries_and_splits(tokenizer: Any) -> None:
@@ -218,3 +220,28 @@ async def test_a_route_that_is_not_running_is_an_openai_shaped_404(tokenizer: An
         with pytest.raises(openai.NotFoundError, match="no rollout 'nope' is running"):
             await api.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}])
     await engine.aclose()
+
+
+async def sdk_agent(row: dict[str, Any], client: ClientSettings) -> str:
+    """An OpenAI Agents SDK agent on its default model class (the Responses API), unchanged but
+    for its client's base URL."""
+    from agents import Agent, Runner, function_tool, set_default_openai_client, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    set_default_openai_client(openai.AsyncOpenAI(base_url=client.base_url, api_key=client.api_key), use_for_tracing=False)
+    agent = Agent(name="shelves", instructions="Use the tool.", model=client.model,
+                  tools=[function_tool(open_shelf)])
+    result = await Runner.run(agent, row["messages"][-1]["content"], max_turns=3)
+    return str(result.final_output)
+
+
+async def test_the_agents_sdk_default_model_class_through_the_gateway(model: Any, tokenizer: Any) -> None:
+    engine = TransformersEngine(model, tokenizer, max_batch_size=1)
+    task = Task(id="t", messages=(Message(role="user", content=QUESTION),))
+    async with gateway_of(engine, tokenizer).running() as gateway:
+        driver = ProgramDriver(gateway, PythonProgram(sdk_agent, 60, 1), "policy")
+        got = await driver.rollout(task, trace_id="tr-sdk", run_id="", sample_index=0, step=None, seed=3)
+    await engine.aclose()
+    # the random tiny model may or may not call the tool; either way every turn was captured
+    assert got.n_turns >= 1 and sum(got.loss_mask) > 0 and driver.kinds["split"] == 0
+    assert got.status in ("ok", "truncated"), got.error  # truncated: a reply cut by max_new_tokens
