@@ -138,6 +138,13 @@ class JobSpec(Spec):
             return its_own_options(v)
         return with_engine_type(v)
 
+    @model_validator(mode="after")
+    def _agent_runs_here(self) -> JobSpec:
+        if self.agent.type != "arft" and self.cluster.ray is not None:
+            raise ValueError(f"agent type {self.agent.type!r} runs its programs beside this process's gateway; "
+                             "cluster.ray cannot drive them yet: remove cluster.ray, or use agent type 'arft'")
+        return self
+
     @classmethod
     def from_stored(cls, data: dict[str, Any]) -> JobSpec:
         """The job a run stored (``arft.app.run.job_record``). A run recorded before each engine

@@ -264,3 +264,14 @@ def test_a_nul_character_is_refused_where_it_is_written(tmp_path: Path) -> None:
     job = {**HOSTED, "training_file": "train\u0000.jsonl"}
     message = job_error(write(tmp_path / "job.json", json.dumps(job)))
     assert "training_file" in message and "NUL character" in message
+
+
+def test_the_agent_section_by_its_keys_and_its_errors(tmp_path: Path) -> None:
+    assert load_job(write(tmp_path / "a.yaml", ARFT_YAML)).agent.type == "arft"  # the default
+    python = load_job(write(tmp_path / "p.yaml", ARFT_YAML + "agent: {entrypoint: my_agent.py:run}\n"))
+    assert python.agent.type == "python" and python.agent.timeout_s == 600
+    command = load_job(write(tmp_path / "c.yaml", ARFT_YAML + "agent: {command: [python, a.py], timeout_s: 5}\n"))
+    assert command.agent.type == "command" and command.agent.command == ["python", "a.py"]
+    assert "must be 'file.py:function'" in job_error(write(tmp_path / "e.yaml", ARFT_YAML + "agent: {entrypoint: a.py}\n"))
+    ray = ARFT_YAML + "agent: {entrypoint: a.py:run}\ncluster: {ray: {address: local}}\n"
+    assert "cluster.ray cannot drive them yet" in job_error(write(tmp_path / "r.yaml", ray))
