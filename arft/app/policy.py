@@ -3,26 +3,39 @@ where its first weights come from (the job's model, or another run's checkpoint:
 ``training.init_from``).
 
 The engine is ``arft.engines.factory``'s for the ``train`` role; after every update
-``sync_engine`` puts the new weights into an engine that samples from its own copy.
+``sync_engine`` puts the new weights into an engine that samples from its own copy, and checks
+that the engine now samples from exactly them (their ``PolicyStamp``, docs/weights.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from arft.app.session import Session, SessionLearner
 from arft.config import JobError, JobSpec, local_model
-from arft.engines.base import SyncsWeights, TokenEngine
+from arft.cpu import threads as cpu_threads
+from arft.engines.base import StampsPolicy, SyncsWeights, TokenEngine
+from arft.errors import ArftError
 from arft.engines.factory import Policy, build_engine
 from arft.models.loading import load_model
+from arft.records import PolicyStamp
 from arft.tracing.run_dir import RunDir
 from arft.trainer.learner import wrap_policy
 from arft.trainer.merge import run_job
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+
+@runtime_checkable
+class StampsReplicas(Protocol):
+    """Several copies of the weights behind one engine (a Ray run's replicas), each with its stamp."""
+
+    async def replica_stamps(self) -> Sequence[PolicyStamp | None]: ...
 
 
 class PolicyEngine(NamedTuple):
@@ -50,14 +63,51 @@ def policy_engine(job: JobSpec, model: Any, tokenizer: "PreTrainedTokenizerBase 
     return PolicyEngine(policy, engine, tokenizer)
 
 
+class StaleWeightsError(ArftError):
+    """An engine samples from other weights than those the trainer just trained (a sync that did
+    not happen or did not take): the next rollouts would train one policy on another's samples."""
+
+
 async def sync_engine(s: Session, step: int) -> dict[str, float]:
     """Put the policy's weights into an engine that samples from its own copy (vLLM, the
-    ``SnapshotEngine`` of async rollouts or merged LoRA, a Ray run's replicas); an engine sharing
-    the policy needs nothing. The seconds it took, as a metric."""
+    ``SnapshotEngine`` of async rollouts or merged LoRA, a Ray run's replicas), then check that
+    every copy now holds them (``check_stamps``); an engine sharing the policy needs no sync and is
+    stamped with its hash. Metrics: the seconds the sync and the check took."""
     engine = s.run.engine
-    if not isinstance(engine, SyncsWeights):
-        return {}
-    return {"time/weight_sync_s": await engine.sync(s.learner.policy, step)}
+    start = time.perf_counter()
+    # hashed beside the sync: both only read the policy, which changes again only after both
+    trained = asyncio.ensure_future(cpu_threads.to_thread(s.learner.weights_hash))
+    values: dict[str, float] = {}
+    try:
+        if isinstance(engine, SyncsWeights):
+            values["time/weight_sync_s"] = await engine.sync(s.learner.policy, step)
+    finally:
+        stamp = PolicyStamp(version=step, hash=await trained)  # awaited even when the sync failed
+    if getattr(engine, "model", None) is s.learner.policy and hasattr(engine, "policy"):
+        engine.policy = stamp  # the same tensors: nothing can differ, the generations carry the stamp
+    await check_stamps(engine, stamp)
+    values["time/weight_check_s"] = time.perf_counter() - start - values.get("time/weight_sync_s", 0.0)
+    return values
+
+
+async def check_stamps(engine: object, trained: PolicyStamp) -> None:
+    """Raise ``StaleWeightsError`` when a copy of the weights ``engine`` samples from (each replica
+    of a Ray run) is not ``trained``; engines that cannot say (an OpenAI-compatible server) pass."""
+    if isinstance(engine, StampsReplicas):
+        held = await engine.replica_stamps()
+    elif isinstance(engine, StampsPolicy):
+        held = [await engine.policy_stamp()]
+    else:
+        return
+    for i, stamp in enumerate(held):
+        if stamp != trained:
+            where = f"engine replica {i}" if isinstance(engine, StampsReplicas) else "the engine"
+            now = "unstamped weights" if stamp is None else f"weights {stamp.hash} (step {stamp.version})"
+            raise StaleWeightsError(
+                f"{where} samples from {now} but step {trained.version} trained {trained.hash}: its weight "
+                "sync did not take, so the next rollouts would come from another policy than the one "
+                "trained. The run stops here; see the engine's log (vLLM: RUN_DIR/vllm.log), then continue "
+                "from the last checkpoint with `arft train --resume RUN_DIR` (docs/weights.md)")
 
 
 def init_path(job: JobSpec) -> Path | None:

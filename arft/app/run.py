@@ -20,7 +20,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from arft.app.gateway.driver import program_driver
 from arft.config import JobSpec
 from arft.data.dataset import check_task_tools
 from arft.data.splits import Split, split_path
@@ -97,6 +96,8 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
         runner = RolloutRunner.from_job(job, engine, toolbox, grader, store=store,
                                         workspace_root=run_dir.workspaces)
         if job.agent.type != "arft":
+            from arft.app.gateway.driver import program_driver  # fastapi and uvicorn load only here
+
             on_status("starting the gateway for the agent program")
             runner.driver = await stack.enter_async_context(program_driver(job, engine))
         yield Run(job, run_dir, engine, toolbox, grader, store, runner)

@@ -1,4 +1,5 @@
-"""`arft doctor JOB`: check a job against the talk's four principles before training it.
+"""`arft doctor JOB`: check a job against the talk's four principles before training it;
+`arft doctor RUN_DIR`: check that a training run's rollouts were sampled by the weights their step says.
 
 Thin command: load the job and its data, call ``arft.app.doctor.run_doctor``, print the
 verdicts (a table, or JSON with ``--json``). Exit 0 when nothing fails, 1 when a check fails
@@ -26,7 +27,8 @@ from arft.tracing.run_dir import RunDir
 
 
 def doctor_cmd(
-    job_file: Path = typer.Argument(..., help="Job spec (YAML or JSON, hosted Agent RFT shape)."),
+    job_file: Path = typer.Argument(..., help="Job spec (YAML or JSON, hosted Agent RFT shape), or a "
+                                    "training run's directory (checks its rollouts' weight stamps)."),
     traffic: Optional[Path] = typer.Option(
         None, "--traffic", help="Real traffic to check drift against: a JSONL of logged "
                                 "{request, response} pairs, chat-completions requests, fine-tuning "
@@ -41,7 +43,10 @@ def doctor_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
 ) -> None:
     """Check a job against the four principles: a well-defined task, data like real traffic,
-    a baseline that can improve by exploring, and an unhackable, continuous reward."""
+    a baseline that can improve by exploring, and an unhackable, continuous reward. Given a run
+    directory: whether every rollout was sampled by the weights its step says (docs/weights.md)."""
+    if RunDir(job_file).store.is_file():
+        _doctor_run(job_file, as_json)
     job = load_job(job_file)
     data = load_data(job, traffic)
     run_dir = None if no_rollouts else (
@@ -59,6 +64,18 @@ def doctor_cmd(
     else:
         render_doctor(report, console)
         render_cpu_kernels(console)
+    raise typer.Exit(report.exit_code)
+
+
+def _doctor_run(run_dir: Path, as_json: bool) -> None:
+    """``arft doctor RUN_DIR``: the run checks; exits."""
+    from arft.app.doctor.policy_checks import doctor_run
+
+    report = doctor_run(run_dir)
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        render_doctor(report, console)
     raise typer.Exit(report.exit_code)
 
 

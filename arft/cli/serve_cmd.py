@@ -7,6 +7,7 @@ transformers, fastapi, uvicorn) happen inside the command.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -14,6 +15,9 @@ import typer
 
 from arft.cli.console import console, err, fail
 from arft.serving import port_problem
+
+SHUTDOWN_GRACE_S = 3
+"""Seconds requests under way get to finish once the server is told to stop."""
 
 
 def serve_cmd(
@@ -39,6 +43,7 @@ def serve_cmd(
     """Serve a tuned agent with an OpenAI-compatible /v1/chat/completions (tools, streaming)."""
     import uvicorn
 
+    from arft.app.serve.fingerprint import stamp_of
     from arft.app.serve.models import served_models
     from arft.app.serve.server import build_app
 
@@ -52,10 +57,35 @@ def serve_cmd(
                                max_tokens=max_tokens, constrain=constrain,
                                on_status=lambda s: status.update(s))
     for m in models:
-        console.print(f"serving [bold]{m.name}[/]  (tool calls {'constrained' if m.constrain else 'free'})")
+        stamp = stamp_of(m.engine)  # the weights its answers name (system_fingerprint, x-arft-policy)
+        weights = f", weights {stamp.hash} of step {stamp.version}" if stamp else ""
+        console.print(f"serving [bold]{m.name}[/]  (tool calls {'constrained' if m.constrain else 'free'}{weights})")
     auth = f", bearer key from ${api_key_env}" if key else ""
     console.print(f"OpenAI-compatible API at [bold]http://{host}:{port}/v1[/]{auth}  (Ctrl-C to stop)")
-    uvicorn.run(build_app(models, key), host=host, port=port, log_level="warning")
+    _log_requests()
+    # Ctrl-C or SIGTERM: requests under way get a few seconds, then are cancelled (uvicorn would
+    # otherwise wait for them without end), and the engines stop after their current step.
+    uvicorn.run(build_app(models, key), host=host, port=port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    asyncio.run(_close(models))
+
+
+def _log_requests() -> None:
+    """One line per request on stderr (``arft.app.serve.access``), in place of uvicorn's own."""
+    import logging
+
+    from arft.app.serve.access import ACCESS_LOGGER
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger = logging.getLogger(ACCESS_LOGGER)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+async def _close(models: Any) -> None:
+    for m in models:
+        await m.engine.aclose()
 
 
 def _engine_spec(dtype: str | None, device: str | None) -> Any:

@@ -25,6 +25,7 @@ class ArftAgentSpec(Spec):
     """arft's own agent loop over the job's tools (the default)."""
 
     type: Literal["arft"] = "arft"
+    """``arft``: the rollout loop of ``arft.rollout.loop``."""
 
 
 class ProgramSpec(Spec):
@@ -41,6 +42,7 @@ class PythonAgentSpec(ProgramSpec):
     ``package.module:function``; sync functions run in a worker thread."""
 
     type: Literal["python"]
+    """``python``: a function called once per rollout."""
     entrypoint: str
     """``path/to/agent.py:run`` or ``module.path:run``."""
 
@@ -56,6 +58,7 @@ class CommandAgentSpec(ProgramSpec):
     """Your agent as a command run once per rollout (in the job file's folder, or ``cwd``)."""
 
     type: Literal["command"]
+    """``command``: a process started once per rollout."""
     command: list[str] = Field(min_length=1)
     """The argv, e.g. ``["python", "agent.py"]``."""
     env: dict[str, str] = Field(default_factory=dict)

@@ -9,8 +9,9 @@ Two kinds of engine exist:
 
 What only some engines can do is declared by a protocol of its own, which callers test with
 ``isinstance``: ``ConstrainsSampling`` / ``TakesGrammar`` (constrained sampling), ``SyncsWeights`` (samples from its own
-copy of the policy, which ``sync`` updates), ``WritesWeights`` (changes the weights it samples
-from in place, between two forward passes), ``StreamsTokens`` (hands out tokens as they settle).
+copy of the policy, which ``sync`` updates), ``StampsPolicy`` (says which weights it samples from),
+``WritesWeights`` (changes the weights it samples from in place, between two forward passes),
+``StreamsTokens`` (hands out tokens as they settle).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_chec
 
 from arft.chat.constraints import Grammar
 from arft.errors import ArftError
-from arft.records import Frozen, Message
+from arft.records import Frozen, Message, PolicyStamp
 
 if TYPE_CHECKING:
     from arft.config import SamplingSpec
@@ -81,6 +82,9 @@ class Generation(Frozen):
     constrained: tuple[bool, ...] = ()
     """Per token: sampled under a grammar mask that excluded at least one token. Empty when the
     request had no grammar."""
+    policy: PolicyStamp | None = None
+    """The weights that sampled it (version and content hash); None where the engine cannot say
+    (an OpenAI-compatible server, a scripted engine, weights never stamped)."""
 
 
 @runtime_checkable
@@ -123,6 +127,16 @@ class SyncsWeights(Protocol):
 
     async def sync(self, policy: Any, step: int) -> float:
         """Load ``policy``'s weights (version ``step``); the seconds it took."""
+        ...
+
+
+@runtime_checkable
+class StampsPolicy(Protocol):
+    """An engine that says which weights it samples from now (``PolicyStamp``): the trainer
+    compares it with what it just trained after every sync (``arft.app.policy``)."""
+
+    async def policy_stamp(self) -> PolicyStamp | None:
+        """The stamp of the weights the next completion samples from; None before any was set."""
         ...
 
 

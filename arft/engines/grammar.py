@@ -29,6 +29,7 @@ xgrammar and torch are imported lazily (heavy imports stay out of ``arft --help`
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -209,9 +210,16 @@ def _compile_json(compiler: "xgr.GrammarCompiler", grammar: JsonGrammar) -> "xgr
         return compiler.compile_json_schema(json.dumps(with_search_patterns(grammar.json_schema)),
                                             any_whitespace=False, separators=(", ", ": "), strict_mode=True)
     except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError alike
-        reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        reason = _reason(e)
         raise ConstraintError(f"{grammar.name}: the JSON schema cannot be compiled for constrained "
                               f"decoding ({reason}); fix that part of the schema") from e
+
+
+def _reason(e: Exception) -> str:
+    """The last line of xgrammar's message without its C++ source place (``[12:00:00]
+    /project/cpp/json_schema_converter.cc:5082: ``): the reason is what a user can act on."""
+    line = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    return re.sub(r"^(\[[\d:]+\] )?\S+\.(cc|cpp|h):\d+: ?", "", line) or type(e).__name__
 
 
 def structural_tag(grammar: ToolGrammar) -> dict[str, Any]:
@@ -264,7 +272,7 @@ def arguments_ebnf(tool: GrammarTool) -> str:
             with_search_patterns(tool.parameters), any_whitespace=False, separators=(", ", ": "),
             strict_mode=True)
     except Exception as e:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError alike
-        reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        reason = _reason(e)
         raise ConstraintError(
             f"tool '{tool.name}': its parameters schema cannot be compiled for constrained decoding "
             f"({reason}); fix that part of the schema, or set rollout.constrained_tool_calls: "

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, Sequence
 
 from arft.engines.base import ChatEngine, SamplingParams, TokenEngine, supports_constraints
 from arft.seeds import turn_seed
-from arft.records import Message
+from arft.records import Message, PolicyStamp
 
 
 TurnFinish = Literal["eos", "stop", "length", "context"]
@@ -86,6 +86,8 @@ class TokenConversation:
     constrained_calls: int = 0
     """Tool calls parsed from turns sampled under the grammar."""
     prompt_len: int = 0
+    policy: PolicyStamp | None = None
+    """The stamp of the weights that sampled the latest turn (the rollout's ``policy``)."""
     _grammar: Any = None
     _prefill: str = ""
     _choice: Any = None
@@ -113,7 +115,7 @@ class TokenConversation:
         return dict(token_ids=tuple(self.token_ids), loss_mask=tuple(self.loss_mask),
                     logprobs=tuple(self.logprobs), prompt_len=self.prompt_len,
                     constrained_mask=tuple(self.constrained_mask) if any(self.constrained_mask) else (),
-                    constrained_calls=self.constrained_calls)
+                    constrained_calls=self.constrained_calls, policy=self.policy)
 
     def _append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = (),
                 constrained: Sequence[bool] = ()) -> None:
@@ -134,6 +136,7 @@ class TokenConversation:
         })
         gen = await self.engine.generate(self.token_ids, params)
         self._turns += 1
+        self.policy = gen.policy
         self._append(gen.token_ids, sampled=True, logprobs=gen.logprobs, constrained=gen.constrained)
         self._ended_with_eos = gen.finish_reason == "eos"
         parsed = self.fmt.parse(self._prefill, gen.text, self._choice)

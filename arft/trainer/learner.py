@@ -223,6 +223,12 @@ class Learner:
     def load_trainable_state(self, state: dict[str, "torch.Tensor"]) -> None:
         load_trainable(self.policy, self.spec, state)
 
+    def weights_hash(self) -> str:
+        """The content hash of ``trainable_state`` (``arft.models.weights_hash``), without copying it."""
+        from arft.models.weights_hash import policy_hash
+
+        return policy_hash(self.policy)
+
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "spec": asdict(self.loss_cfg)}

@@ -146,6 +146,39 @@ async def test_after_a_sync_the_server_samples_from_the_new_weights(engine: Any,
     assert err_new < 0.1 and err_old > 4 * err_new and seconds < 30, (err_new, err_old)
 
 
+async def test_a_skipped_sync_is_caught_on_the_vllm_engine(engine: Any) -> None:
+    """After a sync the engine's stamp is the hash of what the trainer trained, and every generation
+    carries it; a sync that did not happen is caught by the trainer's check at that very step."""
+    from types import SimpleNamespace
+
+    from arft.app.policy import StaleWeightsError, sync_engine
+    from arft.config import TrainingSpec
+    from arft.engines.vllm.server import SERVED_NAME
+    from arft.models.loading import load_model
+    from arft.records import PolicyStamp
+    from arft.trainer.learner import Learner, wrap_policy
+
+    engine.sync_mode, engine.model = "lora", SERVED_NAME  # the server of the module, as the test above
+    fmt = ChatFormat(engine.tokenizer)
+    model, _ = load_model("smollm2-135m-instruct", dtype="float32", device="cpu")
+    spec = TrainingSpec(lora={"r": 8, "alpha": 16})
+    learner = Learner(wrap_policy(model, spec, seed=0), spec, 1e-3, 2, 1.0, engine.tokenizer.pad_token_id or 0)
+    s: Any = SimpleNamespace(run=SimpleNamespace(engine=engine), learner=learner)
+    await sync_engine(s, 5)
+    gen = await engine.generate(prompt(fmt).ids, params(fmt, seed=1))
+    assert gen.policy == PolicyStamp(version=5, hash=learner.weights_hash()) and engine.model == "step-5"
+    with torch.no_grad():
+        for name, param in learner.policy.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.01)  # step 6's update
+    engine.sync = lambda policy, step: asyncio.sleep(0, 0.0)  # the sync of step 6 does not happen
+    try:
+        with pytest.raises(StaleWeightsError, match=r"\(step 5\) but step 6 trained"):
+            await sync_engine(s, 6)
+    finally:
+        del engine.sync
+
+
 async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_path: Path) -> None:
     """`arft serve RUN_DIR --engine vllm`: one server holds the base, the run's adapter is loaded
     under the run's name; the tuned name samples from the checkpoint's weights, the base name

@@ -125,6 +125,36 @@ async def test_a_killed_actor_loses_and_duplicates_nothing(cluster: str, tmp_pat
     assert len(traces) == len(set(traces))
 
 
+async def test_a_replica_that_skips_a_sync_stops_the_run_at_that_step(cluster: str, tmp_path: Path,
+                                                                     tokenizer: Any) -> None:
+    """Replica 1 takes the current weights as a far newer version just before step 1's update, so
+    it ignores step 1's publish (a skipped sync): the trainer's check after that sync names it."""
+    from arft.app.cluster.driver import actor_prefix
+    from arft.app.policy import StaleWeightsError
+    from arft.app.train import train
+    from arft.tracing.run_dir import RunDir
+
+    job = load_job(write_job(tmp_path))
+    job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": 2})})
+    run_dir = tmp_path / "run"
+    stalled: list[int] = []
+
+    def point(name: str, step: int) -> None:
+        if name == "update" and step == 1 and not stalled:
+            prefix = actor_prefix(RunDir(run_dir))
+            weights = ray.get(ray.get_actor(prefix + "learner").trainable_state.remote())
+            stalled.append(ray.get(ray.get_actor(prefix + "replica-1").load.remote(weights, 99)))
+
+    with pytest.raises(StaleWeightsError, match=r"engine replica 1 samples from weights \w{16} \(step 99\) but "
+                                                r"step 1 trained \w{16}"):
+        await train(on_ray(job, cluster, engine_replicas=2), run_dir, model=tiny(tokenizer), tokenizer=tokenizer,
+                    grader=LengthGrader(), hooks=_hooks([], point))
+    assert stalled == [99]
+    with RunStore(run_dir / "arft.sqlite") as store:
+        stamps = {(r.step, r.policy.version if r.policy else None) for r in store.rollouts("train")}
+    assert stamps == {(1, 0)}  # stopped before any rollout of step 2; step 1's came from step 0's weights
+
+
 async def test_a_lost_learner_stops_the_run_and_it_resumes_from_its_checkpoint(cluster: str, tmp_path: Path,
                                                                              tokenizer: Any) -> None:
     from arft.app.cluster.driver import ClusterError, actor_prefix

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from arft.cpu import threads as cpu_threads
 from arft.config import JobSpec, local_model
 from arft.engines.base import EngineError, Generation, SamplingParams, SyncsWeights, WritesWeights
-from arft.records import Rollout, Task, TrainBatch
+from arft.models.weights_hash import weights_hash
+from arft.records import PolicyStamp, Rollout, Task, TrainBatch
 
 if TYPE_CHECKING:
     import torch
@@ -87,6 +88,9 @@ class LearnerActor:
     def load_state_dict(self, state: dict[str, dict[str, object]]) -> None:
         self.learner.load_state_dict(state)
 
+    def weights_hash(self) -> str:
+        return self.learner.weights_hash()
+
     def publish(self, version: int) -> dict[str, Any]:
         """Keep the current weights as version ``version`` and return them (for the replicas)."""
         self.published = (version, self.learner.trainable_state())
@@ -116,6 +120,9 @@ class EngineReplica:
             self.engine, self._policy = self._engine(job, model, tokenizer)
         self.version = -1
         """The published weights served (-1: the base, nothing published yet)."""
+        self.policy: PolicyStamp | None = None
+        """The stamp of the published weights it loaded (their version and the hash of the state it
+        received), carried by every generation; None before the first load."""
         self._learner = learner
         self._started: asyncio.Future[int] | None = None
 
@@ -154,7 +161,12 @@ class EngineReplica:
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
         await self.start()
-        return await self.engine.generate(prompt_ids, params)
+        gen = await self.engine.generate(prompt_ids, params)
+        return gen if self.policy is None else gen.model_copy(update={"policy": self.policy})
+
+    async def policy_stamp(self) -> PolicyStamp | None:
+        """The stamp of the weights it samples from (what the trainer checks after each sync)."""
+        return self.policy
 
     async def load(self, state: dict[str, "torch.Tensor"], version: int) -> int:
         """Sample from ``state`` (the learner's ``trainable_state`` published as ``version``) from
@@ -171,6 +183,7 @@ class EngineReplica:
             else:
                 raise TypeError(f"{type(self.engine).__name__} can neither sync nor write weights")
             self.version = version
+            self.policy = PolicyStamp(version=version, hash=await cpu_threads.to_thread(weights_hash, state))
         return self.version
 
     def where(self) -> tuple[str, int]:

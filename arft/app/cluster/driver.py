@@ -14,7 +14,8 @@ runs its own loop over it unchanged, plus a ``RemoteLearner`` in place of the in
   (the dead one restarts, ``max_restarts``), so nothing is lost and nothing is stored twice;
   after ``max_restarts + 1`` failed tries, or ``rollout_timeout_s``, it raises, naming the task.
 * ``ClusterEngines.sync`` publishes the learner's weights once into Ray's object store and every
-  replica loads them before the next rollouts (a replica that restarts loads the latest itself).
+  replica loads them before the next rollouts (a replica that restarts loads the latest itself);
+  ``replica_stamps`` says which weights each replica holds, which the trainer checks after the sync.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from arft.app.cluster import actors
 from arft.config import JobSpec, RaySpec
 from arft.errors import ArftError
-from arft.records import Rollout, Task, TrainBatch
+from arft.records import PolicyStamp, Rollout, Task, TrainBatch
 from arft.seeds import sample_seed
 from arft.together import together
 from arft.tracing.run_dir import RunDir
@@ -119,6 +120,10 @@ class ClusterEngines:
         self.version = step
         return time.perf_counter() - start
 
+    async def replica_stamps(self) -> list[PolicyStamp | None]:
+        """The stamp of the weights each replica samples from, in replica order."""
+        return list(await asyncio.gather(*(r.policy_stamp.remote() for r in self.replicas)))
+
     async def aclose(self) -> None:
         """The replicas end with the run's placement group."""
 
@@ -152,6 +157,9 @@ class RemoteLearner:
 
     def load_trainable_state(self, state: dict[str, "torch.Tensor"]) -> None:
         self._get(self.actor.load_trainable_state.remote(state))
+
+    def weights_hash(self) -> str:
+        return self._get(self.actor.weights_hash.remote())
 
     def state_dict(self) -> dict[str, Any]:
         return self._get(self.actor.state_dict.remote())

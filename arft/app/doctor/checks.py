@@ -47,6 +47,7 @@ TITLES: dict[str, tuple[int, str]] = {
     "explore.pass_at_k": (3, "pass@k above pass@1"),
     "reward.hacks": (4, "adversarial answers earn nothing"),
     "reward.continuous": (4, "the reward gives partial credit"),
+    "run.policy": (5, "each rollout sampled by the weights its step says"),  # `arft doctor RUN_DIR`
 }
 """Every check, in report order: the principle it tests and what it asks."""
 EXPLORE = ("explore.variance", "explore.pass_at_k")

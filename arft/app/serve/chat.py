@@ -32,7 +32,7 @@ from typing import Any, AsyncIterator, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from arft.app.serve.checks import (ChatRequestError, check_prompt_size, check_tool_results, context_window,
-                                   fit_context, for_server, longest_token)
+                                   fit_context, for_server)
 from arft.app.serve.stream import StreamSplitter
 from arft.data.dataset import RowError, parse_messages, parse_tools
 from arft.engines.base import (Generation, SamplingParams, StreamsTokens, TakesGrammar, TokenEngine,
@@ -41,6 +41,7 @@ from arft.chat.formats import ChatFormat, Rendered
 from arft.chat.constraints import ConstraintError, Grammar, JsonGrammar, check_schema
 from arft.chat.tool_prompt import ChatFormatError, parse_tool_choice
 from arft.chat.toolcalls import END_OF_TURN_MARKERS, TOOL_CALL_OPEN, ParsedTurn, strip_end_of_turn
+from arft.app.serve.fingerprint import fingerprint, stamp_of
 from arft.errors import ArftError
 from arft.records import Message
 from arft.seeds import choice_seed
@@ -125,12 +126,9 @@ class ServedModel:
     context: int | None = None
     """Most tokens of prompt and reply together (default: what the engine's model says,
     ``checks.context_window``; None there: not checked)."""
-    token_chars: int = 0
-    """Characters of the vocabulary's longest token (default: measured once, at start)."""
 
     def __post_init__(self) -> None:
         self.context = self.context or context_window(self.engine)
-        self.token_chars = self.token_chars or longest_token(self.fmt.tokenizer)
 
 
 @dataclass
@@ -150,13 +148,15 @@ class Prepared:
 
     def replied(self, gen: Generation, message: dict[str, Any]) -> None:
         if self.on_reply is not None:
+            if message.get("content") is None and not message.get("tool_calls"):
+                message = {**message, "content": ""}  # cut before any text: a reply all the same
             self.on_reply(gen, parse_messages([message])[0])
 
 
 def prepare(model: ServedModel, req: ChatRequest) -> Prepared:
     """Check ``req`` and render it for ``model`` (``ChatRequestError`` naming the bad field)."""
     req.check_fields()
-    check_prompt_size(req.messages, model.context, model.token_chars)  # before tokenizing a huge prompt
+    check_prompt_size(req.messages, model.context, model.fmt.tokenizer)  # before tokenizing a huge prompt
     messages = _parsed(lambda: parse_messages([_clean(m) for m in req.messages]), "messages")
     check_tool_results(messages)
     tools = list(_parsed(lambda: parse_tools(req.tools), "tools")) if req.tools else []
@@ -300,7 +300,7 @@ async def complete(model: ServedModel, req: ChatRequest, prep: Prepared | None =
                         "logprobs": _logprobs(model, gen) if req.logprobs else None})
     completion = prep.completion_tokens = sum(len(g.token_ids) for g in gens)
     return {"id": _completion_id(), "object": "chat.completion", "created": int(time.time()),
-            "model": model.name, "choices": choices,
+            "model": model.name, "system_fingerprint": fingerprint(gens[0].policy), "choices": choices,
             "usage": _usage(len(prep.rendered.ids), completion)}
 
 
@@ -309,7 +309,7 @@ async def stream_chunks(model: ServedModel, req: ChatRequest, prep: Prepared) ->
     ``chat.completion.chunk`` objects, token by token where the engine streams
     (``supports_streaming``), else all at once when it is done."""
     head = {"id": _completion_id(), "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": model.name}
+            "model": model.name, "system_fingerprint": fingerprint(stamp_of(model.engine))}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from arft.app.serve.chat import ChatRequest, ChatRequestError, ServedModel, complete, stream_chunks
 from arft.app.serve.fingerprint import policy_headers, stamp_of
-from arft.app.serve.server import error, prepared, unless_disconnected
+from arft.app.serve.server import Preparer, error, prepared, unless_disconnected
 from arft.engines.base import EngineError
 
 IGNORED = frozenset({"metadata", "store", "user", "service_tier", "prompt_cache_key", "prompt_cache_retention",
@@ -184,7 +184,7 @@ def _response_format(fmt: object) -> dict[str, object]:
     return {"type": "json_schema", "json_schema": spec}
 
 
-async def respond(request: Request, by_name: dict[str, ServedModel]) -> Any:
+async def respond(request: Request, by_name: Mapping[str, ServedModel], prepare: Preparer | None = None) -> Any:
     """``POST /v1/responses``: a response object, a stream of events, or an OpenAI-shaped error.
     Served as chat completions are: prepared off the event loop, a non-streamed generation
     cancelled when its client leaves, the weights named in the policy header."""
@@ -203,7 +203,7 @@ async def respond(request: Request, by_name: dict[str, ServedModel]) -> Any:
     headers = policy_headers(stamp_of(model.engine))
     try:
         chat = to_chat(req)
-        prep = await prepared(request, model, chat)
+        prep = await (prepare or prepared)(request, model, chat)
         if not req.stream:
             done = await unless_disconnected(request, complete(model, chat, prep))
             if done is None:

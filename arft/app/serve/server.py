@@ -3,26 +3,43 @@
 * ``GET /v1/models``, ``GET /v1/models/{id}``: the served names (the tuned agent beside its base);
 * ``POST /v1/chat/completions``: ``arft.app.serve.chat`` (``stream: true`` answers with
   server-sent events, ``data: {chunk}`` lines ending with ``data: [DONE]``);
+* ``POST /v1/responses``: the Responses API, translated onto chat completions
+  (``arft.app.serve.responses``);
 * ``GET /health``.
 
 Errors have the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``: 400 for a
 request arft cannot serve (naming the field), 401 without the bearer key when one is set, 404
-for a model name that is not served, 500 when generation failed. A failure in the middle of a
-stream ends it with one ``data: {"error": ...}`` event.
+for a model name that is not served and for an unknown route, 405 for a route asked with the
+wrong method (both listing the routes), 500 when generation failed. A failure in the middle of
+a stream ends it with one ``data: {"error": ...}`` event.
+
+A request is checked and tokenized off the event loop (``prepared``: a long prompt does not hold
+up the others), and a non-streamed generation is cancelled when its client disconnects
+(``unless_disconnected``; a stream stops when its client goes). Every request is logged
+(``arft.app.serve.access``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException
 
-from arft.app.serve.chat import ChatRequest, ChatRequestError, ServedModel, complete, prepare, stream_chunks
+from arft.app.serve.access import AccessLog
+from arft.app.serve.fingerprint import policy_headers, stamp_of
+from arft.app.serve.chat import (ChatRequest, ChatRequestError, Prepared, ServedModel, complete, prepare,
+                                 stream_chunks)
 from arft.engines.base import EngineError
+
+T = TypeVar("T")
 
 
 def error(status: int, message: str, param: str | None = None, code: str | None = None,
@@ -49,6 +66,9 @@ def build_app(models: Sequence[ServedModel], api_key: str | None = None) -> Fast
                              "(the key arft serve was started with)", code="invalid_api_key")
         return await call_next(request)
 
+    app.add_middleware(AccessLog)  # added last: outermost, it logs the 401s too
+    _openai_errors(app)
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
@@ -66,11 +86,24 @@ def build_app(models: Sequence[ServedModel], api_key: str | None = None) -> Fast
     async def chat(request: Request) -> Any:
         return await _chat(request, by_name)
 
+    # Imported here: the Responses translation builds on this module's `error`.
+    from arft.app.serve.responses import respond
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Any:
+        return await respond(request, by_name)
+
     return app
 
 
-async def _chat(request: Request, by_name: dict[str, ServedModel]) -> Any:
-    """``POST /v1/chat/completions``: a completion, a stream, or an OpenAI-shaped error."""
+Preparer = Callable[[Request, ServedModel, ChatRequest], Awaitable[Prepared]]
+"""How a checked request becomes what the engine runs: ``prepared`` here; the gateway's also
+takes a rollout's captured ids (``arft.app.gateway``)."""
+
+
+async def _chat(request: Request, by_name: Mapping[str, ServedModel], prepare: Preparer | None = None) -> Any:
+    """``POST /v1/chat/completions``: a completion, a stream, or an OpenAI-shaped error
+    (``prepare``: default ``prepared``)."""
     try:
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -85,14 +118,72 @@ async def _chat(request: Request, by_name: dict[str, ServedModel]) -> Any:
     if model is None:
         return _unknown(req.model, by_name)
     try:
+        prep = await (prepare or prepared)(request, model, req)
         if not req.stream:
-            return await complete(model, req)
-        prep = prepare(model, req)
+            answer = await unless_disconnected(request, complete(model, req, prep))
+            if answer is None:
+                return error(499, "the client disconnected", kind="client_closed")
+            return JSONResponse(answer, headers=policy_headers(stamp_of(model.engine)))
     except ChatRequestError as e:
         return error(e.status, str(e), e.param, e.code)
     except EngineError as e:
         return error(500, f"generation failed: {e}", kind="server_error")
-    return StreamingResponse(_sse(stream_chunks(model, req, prep)), media_type="text/event-stream")
+    return StreamingResponse(_sse(stream_chunks(model, req, prep)), media_type="text/event-stream",
+                             headers=policy_headers(stamp_of(model.engine)))
+
+
+async def prepared(request: Request, model: ServedModel, req: ChatRequest) -> Prepared:
+    """``prepare(model, req)`` in a worker thread (a huge prompt is tokenized there, so the event
+    loop keeps answering), kept on ``request.state`` for the access log."""
+    prep = await asyncio.to_thread(prepare, model, req)
+    request.state.prep = prep
+    return prep
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None when the client disconnected first: then ``work`` is cancelled
+    (an engine drops a cancelled request's rows), so nothing keeps computing for nobody."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        return task.result() if task.done() else None
+    finally:
+        task.cancel()  # a no-op once done; else the client left (or this handler was cancelled)
+        watcher.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone (its body was read: the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _openai_errors(app: FastAPI) -> None:
+    """Answer unknown routes (404), wrong methods (405) and bad path parameters in the OpenAI
+    error shape, naming the routes there are."""
+
+    def routes() -> str:
+        return ", ".join(f"{'/'.join(sorted(r.methods or ()))} {r.path}" for r in app.routes if isinstance(r, APIRoute))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        asked = f"{request.method} {request.url.path}"
+        if e.status_code == 404:
+            message = f"no route {asked}; arft serve answers: {routes()}"
+        elif e.status_code == 405:
+            message = f"{asked}: the method is not allowed on this route; arft serve answers: {routes()}"
+        else:
+            message = str(e.detail)
+        answer = error(e.status_code, message, code={404: "not_found", 405: "method_not_allowed"}.get(e.status_code))
+        answer.headers.update(e.headers or {})
+        return answer
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"])
+        return error(400, f"{where}: {first['msg']}", where or None)
 
 
 async def _sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
@@ -109,6 +200,6 @@ def _card(model: ServedModel) -> dict[str, Any]:
     return {"id": model.name, "object": "model", "created": model.created, "owned_by": "arft"}
 
 
-def _unknown(name: str, by_name: dict[str, ServedModel]) -> JSONResponse:
+def _unknown(name: str, by_name: Mapping[str, ServedModel]) -> JSONResponse:
     return error(404, f"the model {name!r} is not served here; served: {sorted(by_name)}", "model",
                  "model_not_found")

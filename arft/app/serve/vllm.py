@@ -46,6 +46,7 @@ def vllm_models(target: str, *, name: str | None, base: bool, engine: Transforme
 def _run_models(run: Path, *, name: str | None, base: bool, engine: TransformersEngineSpec | None, max_tokens: int,
                 constrain: bool | None, on_status: Callable[[str], None]) -> list[ServedModel]:
     """A run directory's tuned agent (and its base) over one vLLM server."""
+    from arft.app.serve.fingerprint import checkpoint_stamp
     from arft.app.serve.models import served, tuned_name_of
     from arft.engines.vllm.server import SERVED_NAME
     from arft.trainer.merge import run_job
@@ -62,6 +63,7 @@ def _run_models(run: Path, *, name: str | None, base: bool, engine: Transformers
         eng, tokenizer = _merged_server(run, job, spec, work, on_status)
     else:
         eng, tokenizer = _adapter_server(run, job, spec, work, tuned_name, on_status)
+    eng.policy = checkpoint_stamp(run)  # the tuned model's answers name its checkpoint (fingerprint)
     fmt = ChatFormat(tokenizer, worked_example=job.rollout.worked_example)
     models = [served(tuned_name, eng, fmt, max_tokens, option)]
     if base:

@@ -12,7 +12,9 @@ strings). A finished row leaves at once, so a long row never makes short ones wa
 
 Seeds: a request with ``seed`` draws from its own ``torch.Generator`` seeded with it, so the same
 prompt, params and seed give the same tokens whatever else shares the batch (up to floating-point
-differences between batch shapes, which can flip a near tie); the others share the engine's.
+differences between batch shapes, which can flip a near tie); the others share the engine's. A
+seeded prompt's first token always comes from its last token run alone over the stored rest
+(``prefill.seeded_heads``), so the first request of a prompt samples what its repeats sample.
 
 Constrained tool calls: a request whose ``SamplingParams.grammar`` is set gets a grammar matcher
 (``arft.engines.grammar``); before each of its tokens is sampled, the logits of tokens the grammar
@@ -56,10 +58,11 @@ from arft.engines.grammar import ToolCallMasker
 from arft.engines.transformers.decode_rows import FinishRules, Request, Row, checked_prompt, generation, new_row
 from arft.engines.transformers.kv_batch import KVBatch, PassInputs, growing_layer
 from arft.engines.transformers.model_pass import ModelPass
-from arft.engines.transformers.prefill import PrefillPlan, distinct, plan, shared_prefix
+from arft.engines.transformers.prefill import PrefillPlan, distinct, plan, seeded_heads, shared_prefix
 from arft.engines.transformers.prefix_cache import MB, PrefixCache
 from arft.engines.transformers.sampling import sample_rows
 from arft.models.hf_model import eos_ids, torch_device, weights_fingerprint
+from arft.records import PolicyStamp
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -151,6 +154,14 @@ class TransformersEngine:
         self._batcher: asyncio.Task[None] | None = None
         self._thread = cpu_threads.WorkerThread("arft-engine")
         self._closed = False
+        self.policy: PolicyStamp | None = None
+        """The weights it samples from, stamped on every generation: set by the sync that wrote
+        them (``SnapshotEngine``), by the trainer for an engine sharing its policy, or by
+        ``arft serve`` for the checkpoint it loaded."""
+
+    async def policy_stamp(self) -> PolicyStamp | None:
+        """``policy``: the stamp of the weights the next pass samples from."""
+        return self.policy
 
     @classmethod
     def from_spec(cls, model_name: str, spec: "EngineSpec") -> "TransformersEngine":
@@ -251,6 +262,8 @@ class TransformersEngine:
         if request.delivered:
             return
         self.stats.requests += 1  # counted first: the caller may read the stats once answered
+        if isinstance(outcome, Generation) and self.policy is not None:  # the weights of its last pass
+            outcome = outcome.model_copy(update={"policy": self.policy})
         request.deliver(outcome)
 
     # ----------------------------------------------------------------- worker-thread side
@@ -327,6 +340,11 @@ class TransformersEngine:
         if common is not None:  # e.g. a system prompt with worked examples: run it once
             self._keep_kv(self._run(plan([common], store, self.device, self._new_cache()))[0],
                           0, common)
+        heads = seeded_heads([r.prompt for r in requests if r.params.seed is not None], store)
+        if heads:  # a seeded prompt's first token: one path, cold or warm (see seeded_heads)
+            ran = self._run(plan(heads, store, self.device, self._new_cache()))[0]
+            for u, head in enumerate(heads):
+                self._keep_kv(ran, u, head)
         batch, logits = self._run(plan(prompts, store, self.device, self._new_cache()), along)
         self.stats.prompt_tokens += sum(len(p) for p in prompts)
         expand = batch.rows  # the distinct prompt of each request

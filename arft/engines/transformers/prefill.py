@@ -68,6 +68,18 @@ def shared_prefix(prompts: list[list[int]], store: PrefixCache | None) -> list[i
     return prompts[0][:n] if n - reused >= SHARED_PREFIX_MIN_TOKENS else None
 
 
+def seeded_heads(prompts: list[list[int]], store: PrefixCache | None) -> list[list[int]]:
+    """Each distinct seeded prompt less its last token, where the store does not hold that much.
+
+    Run and stored first, they make a seeded prompt's first token always come from the same
+    pass: its last token alone over the stored rest, which is what a repeat of the prompt runs
+    (the store then holds all but that token). A cold prompt run whole would give logits that
+    differ in the last bits, enough to change a temperature-1 sample of the same seed."""
+    if store is None:  # no reuse: every prompt runs whole, every time
+        return []
+    return [p[:-1] for p in distinct(prompts)[0] if len(p) > 1 and store.reusable(p) < len(p) - 1]
+
+
 def plan(prompts: list[list[int]], store: PrefixCache | None, device: "torch.device",
          cache: Any) -> PrefillPlan:
     """Look up every distinct prompt in ``store`` and lay out the forward pass (module doc).

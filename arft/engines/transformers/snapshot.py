@@ -10,6 +10,9 @@ passes, the same contract as the vLLM engine's ``sync``: the in-flight rows go o
 weights, and every logprob recorded is the one the token was sampled with, which is what the
 update's truncated importance weight needs.
 
+Each sync stamps the engine (``PolicyStamp``: the step and the hash of the weights the copy now
+holds; merged, of the adapter merged in), and every generation carries that stamp.
+
 ``merge_lora``: the copy is a plain model whose adapted weights are ``W + scale * B @ A`` (peft's
 ``get_delta_weight``), computed again from the frozen base at every ``sync``, so nothing drifts.
 A decode step then runs one matrix product per linear layer instead of three, plus peft's
@@ -31,6 +34,8 @@ from arft.config import JobError
 from arft.cpu import threads as cpu_threads
 from arft.models.hf_model import merged_copy
 from arft.engines.transformers.engine import TransformersEngine
+from arft.models.weights_hash import policy_hash
+from arft.records import PolicyStamp
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -73,7 +78,13 @@ class SnapshotEngine(TransformersEngine):
         model; the seconds it took. ``step`` (the weights' version) is only named in errors."""
         start = time.perf_counter()
         write = _write_merged if self.merged_lora else _copy_trainable
-        await cpu_threads.to_thread(self.write_weights, lambda model: write(policy, model, step))
+
+        def write_and_stamp(model: Any) -> None:
+            write(policy, model, step)
+            # the stamp of what the copy now holds; merged, of the adapter it was merged from
+            self.policy = PolicyStamp(version=step, hash=policy_hash(policy if self.merged_lora else model))
+
+        await cpu_threads.to_thread(self.write_weights, write_and_stamp)
         return time.perf_counter() - start
 
 

@@ -24,7 +24,8 @@ the versioned name ``step-N`` (the next requests name it; older ones are unloade
 under way can name them); ``merged`` writes the base weights plus the LoRA delta (or the full
 weights) as bf16 safetensors and reloads them in place. Both reset the prefix cache, preempting
 requests under way (async rollouts) so that they recompute their keys and values: no request
-reuses keys and values of old weights.
+reuses keys and values of old weights. Each sync stamps the engine with the step and the hash of
+the tensors it saved from (``PolicyStamp``); every generation carries that stamp.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ import httpx
 from arft.engines.base import EngineError, Generation, SamplingParams
 from arft.engines.grammar import ToolCallMasker, turn_tag
 from arft.models.hf_model import merged_copy
+from arft.models.weights_hash import policy_hash
+from arft.records import PolicyStamp
 from arft.http import json_client
 from arft.seeds import look_ahead_seed
 from arft.engines.vllm.server import SERVED_NAME, ServerOptions, VLLMServer, vllm_python
@@ -75,6 +78,9 @@ class VLLMEngine:
         """Adapters kept loaded: the newest, and with async rollouts those that requests still
         under way may name (``training.max_off_policy_steps`` + 1)."""
         self._adapters: list[str] = []
+        self.policy: PolicyStamp | None = None
+        """The stamp of the weights the last ``sync`` told the server to load (the step and the hash
+        arft computed over the tensors it saved from); every generation carries it."""
         self.masker = ToolCallMasker(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
         self._client = json_client(timeout_s)  # one pooled client per event loop
         self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "generated_tokens": 0}
@@ -168,7 +174,7 @@ class VLLMEngine:
         constrained = self.masker.limited_positions(compiled, ids) if compiled is not None else ()
         return Generation(token_ids=tuple(ids), logprobs=tuple(lps), finish_reason=reason,
                           text=self.tokenizer.decode(ids, skip_special_tokens=False),
-                          constrained=tuple(constrained))
+                          constrained=tuple(constrained), policy=self.policy)
 
     def _end_at_last_call(self, grammar: ToolGrammar, ids: list[int], lps: list[float],
                           reason: str) -> tuple[list[int], list[float], str]:
@@ -241,14 +247,19 @@ class VLLMEngine:
         if r.status_code != 200:
             raise EngineError(f"vLLM {path} answered {r.status_code}: {r.text[:400]}{self._log_hint()}")
 
+    async def policy_stamp(self) -> PolicyStamp | None:
+        """The stamp of the weights the server was last told to load (``policy``)."""
+        return self.policy
+
     async def sync(self, policy: Any, step: int) -> float:
-        """Make the server sample from ``policy``'s current weights (see the module docstring);
-        returns the seconds it took."""
+        """Make the server sample from ``policy``'s current weights (see the module docstring) and
+        stamp them (``policy``); returns the seconds it took."""
         import time
 
         start = time.perf_counter()
         if self.weights_dir is None:
             raise EngineError("this vLLM engine has no folder for weights: build it with weights_dir")
+        hashed = asyncio.ensure_future(asyncio.to_thread(policy_hash, policy))  # beside the save
         if self.sync_mode == "lora":
             path = self.weights_dir / f"step-{step}"
             await asyncio.to_thread(policy.save_pretrained, path)  # rollouts under way go on meanwhile
@@ -266,6 +277,7 @@ class VLLMEngine:
             await self._post("/collective_rpc", {"method": "reload_weights",
                                                  "kwargs": {"weights_path": str(folder.resolve())}})
         await self.reset_prefix_cache()
+        self.policy = PolicyStamp(version=step, hash=await hashed)
         return time.perf_counter() - start
 
     async def aclose(self) -> None:

@@ -103,11 +103,38 @@ def test_neutral_values_and_bookkeeping_fields_are_accepted(tokenizer: Any) -> N
 
 
 async def test_an_unreadable_call_is_returned_as_written(tokenizer: Any) -> None:
-    broken = '<tool_call>\n{"name": "lookup", "arguments": {"key": "a"'
+    broken = '<tool_call>\n{"name": "lookup", "arguments": {"key": a}}\n</tool_call>'
     out = await complete(scripted(tokenizer, broken), request(tools=[LOOKUP], max_tokens=200))
     message = out["choices"][0]["message"]
     assert message == {"role": "assistant", "content": broken}
-    assert out["choices"][0]["finish_reason"] == "length"  # the scripted reply ends without eos or a stop
+    assert out["choices"][0]["finish_reason"] == "stop"  # it ended at the call's close, a stop
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_call_cut_by_max_tokens_is_dropped_and_the_complete_ones_kept(tokenizer: Any, stream: bool) -> None:
+    """One rule for both paths: finish_reason length, complete calls kept, the cut one's text gone."""
+    cut = "Looking." + call("lookup", key="a") + '\n<tool_call>\n{"name": "lookup", "arguments": {"key": "b'
+    only_cut = '<tool_call>\n{"name": "lookup", "arguments": {"k'
+    for reply, calls in ((cut, [("lookup", '{"key": "a"}')]), (only_cut, [])):
+        model = scripted(tokenizer, reply)
+        req = request(tools=[LOOKUP], max_tokens=200, stream=stream)
+        if stream:
+            got = accumulate([c async for c in stream_chunks(model, req, prepare(model, req))])
+        else:
+            choice = (await complete(model, req))["choices"][0]
+            got = {"content": choice["message"]["content"], "finish": choice["finish_reason"],
+                   "calls": [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                             for c in choice["message"].get("tool_calls") or ()]}
+        assert got["finish"] == "length"  # the scripted reply ends without eos or a stop
+        assert [(c["name"], c["arguments"]) for c in got["calls"]] == calls
+        assert got["content"] == ("Looking." if calls else None)
+
+
+def test_a_constrained_stream_announces_a_call_only_once_it_is_closed() -> None:
+    s = StreamSplitter("", early_names=True)
+    assert s.feed('<tool_call>\n{"name": "lookup", "arguments": {"key": "a"}}') == []  # max_tokens may still cut it
+    (named,) = s.feed('<tool_call>\n{"name": "lookup", "arguments": {"key": "a"}}\n</tool_call>')
+    assert named["tool_calls"][0]["function"] == {"name": "lookup", "arguments": ""}
 
 
 async def test_echoed_assistant_messages_and_tool_results_are_accepted(tokenizer: Any) -> None:
@@ -148,7 +175,8 @@ def test_splitter_holds_back_a_marker_in_the_making_and_names_calls_early() -> N
     s = StreamSplitter("", early_names=True)
     assert s.feed("Hello <tool_c") == [{"content": "Hello"}]  # the space and '<tool_c' wait
     assert s.feed('Hello <tool_call>\n{"name": "look') == []
-    named = s.feed('Hello <tool_call>\n{"name": "lookup", "arguments": {"k')
+    assert s.feed('Hello <tool_call>\n{"name": "lookup", "arguments": {"k') == []  # not closed yet
+    named = s.feed('Hello <tool_call>\n{"name": "lookup", "arguments": {"k": 1}}\n</tool_call>')
     assert named == [{"tool_calls": [{"index": 0, "id": s.call_ids[0], "type": "function",
                                       "function": {"name": "lookup", "arguments": ""}}]}]
     final = {"content": "Hello", "tool_calls": [{"id": s.call_ids[0], "type": "function",
