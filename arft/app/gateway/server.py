@@ -28,7 +28,8 @@ from fastapi.responses import JSONResponse
 
 from arft.app.gateway.capture import Capture
 from arft.app.serve.chat import ChatRequest, ChatRequestError, Prepared, ServedModel
-from arft.app.serve.server import Preparer, _chat, error, prepared
+from arft.app.serve.access import AccessLog
+from arft.app.serve.server import Preparer, _chat, error, openai_errors, prepared
 from arft.engines.base import SamplingParams
 from arft.seeds import turn_seed
 from arft.serving import serve_here
@@ -84,6 +85,8 @@ class Gateway:
         from arft.app.serve.responses import respond  # beside server: it builds on server's `error`
 
         app = FastAPI(title="arft gateway", docs_url=None, redoc_url=None)
+        app.add_middleware(AccessLog)  # a line per model call, with its rollout's trace id
+        openai_errors(app)
         names = AnyName(self.model)
 
         @app.get("/health")
@@ -123,7 +126,9 @@ class Gateway:
                 raise ChatRequestError("a rollout is one trajectory: the gateway samples n=1 (send n "
                                        "requests for n answers)", "n")
             req = req.model_copy(update={"max_tokens": None, "max_completion_tokens": None})
-            return self.turn(route, await prepared(request, model, req))
+            prep = self.turn(route, await prepared(request, model, req))
+            request.state.prep = prep  # what the access log counts
+            return prep
 
         return prepare
 

@@ -67,7 +67,7 @@ def build_app(models: Sequence[ServedModel], api_key: str | None = None) -> Fast
         return await call_next(request)
 
     app.add_middleware(AccessLog)  # added last: outermost, it logs the 401s too
-    _openai_errors(app)
+    openai_errors(app)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -159,7 +159,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def _openai_errors(app: FastAPI) -> None:
+def openai_errors(app: FastAPI) -> None:
     """Answer unknown routes (404), wrong methods (405) and bad path parameters in the OpenAI
     error shape, naming the routes there are."""
 

@@ -245,3 +245,19 @@ async def test_the_agents_sdk_default_model_class_through_the_gateway(model: Any
     # the random tiny model may or may not call the tool; either way every turn was captured
     assert got.n_turns >= 1 and sum(got.loss_mask) > 0 and driver.kinds["split"] == 0
     assert got.status in ("ok", "truncated"), got.error  # truncated: a reply cut by max_new_tokens
+
+
+async def test_every_model_call_is_logged_with_its_rollout(model: Any, tokenizer: Any,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    engine = TransformersEngine(model, tokenizer, max_batch_size=1)
+    caplog.set_level("INFO", logger="arft.serve.access")
+    async with gateway_of(engine, tokenizer).running() as gateway:
+        gateway.open("tr-log", seed=1)
+        api = openai.AsyncOpenAI(base_url=gateway.base_url("tr-log"), api_key="k", max_retries=0)
+        await api.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(openai.NotFoundError, match="no route POST"):
+            await api.embeddings.create(model="x", input="hi")  # a route the gateway does not serve
+    await engine.aclose()
+    lines = [r.getMessage() for r in caplog.records if r.name == "arft.serve.access"]
+    assert any("POST /rollouts/{trace_id}/v1/chat/completions 200" in x and "trace=tr-log" in x
+               and "completion=-" not in x for x in lines)
