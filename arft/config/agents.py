@@ -67,6 +67,15 @@ class CommandAgentSpec(ProgramSpec):
     """Where it runs (relative to the job file; default: the job file's folder)."""
     stderr_max_chars: int = Field(4000, ge=0)
     """How much of a failed program's stderr is kept on its rollout."""
+    sandbox: bool = False
+    """Run each program in arft's sandbox, as shell tools run (docs/security.md): ``cwd`` copied
+    into a private tmpfs it may write (nothing reaches the host), the home, project and run
+    folders hidden, no new privileges, rlimits, a clean environment, its whole process tree
+    killed at the end. The network stays open: the program must reach the gateway."""
+    memory_mb: int = Field(4096, gt=0)
+    """With ``sandbox``: the address-space limit of each of its processes."""
+    workspace_mb: int = Field(256, gt=0)
+    """With ``sandbox``: the size of the tmpfs holding the copy of ``cwd``."""
 
 
 AgentSpec = Annotated[Union[ArftAgentSpec, PythonAgentSpec, CommandAgentSpec], Field(discriminator="type")]

@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from arft.sandbox.command import DEFAULT_PATH
+
 _SYSTEM_DIRS = frozenset({"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev",
                           "proc", "sys", "tmp"})
 # One thread per numeric library: each call is one worker on one core.
@@ -57,3 +59,11 @@ def default_hidden() -> tuple[Path, ...]:
     root = Path("/")
     return tuple(sorted(p for p in root.iterdir()
                         if p.name not in _SYSTEM_DIRS and p.is_dir() and not p.is_symlink()))
+
+
+def interpreter_access() -> tuple[str, list[Path]]:
+    """``PATH`` with this interpreter's bin first, and the paths the sandbox must let it read: for
+    a command that runs this environment's ``python`` (a tests command, an agent program)."""
+    bin_dir = str(Path(sys.executable).parent) if sys.executable else ""
+    readable = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
+    return (f"{bin_dir}:{DEFAULT_PATH}" if bin_dir else DEFAULT_PATH), sorted(readable)

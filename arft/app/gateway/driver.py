@@ -17,6 +17,7 @@ How it ends (one line each):
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from contextlib import asynccontextmanager
@@ -52,8 +53,11 @@ class ProgramDriver:
     gateway: Gateway
     program: AgentProgram
     model_name: str
+    concurrency: int | None = None
+    """Most programs running at once (``agent.concurrency``; None: as many as the runner starts)."""
     kinds: Counter[str] = field(default_factory=Counter)
     """Prompts of every rollout so far by how their ids were made (first, append, retry, split)."""
+    _semaphore: asyncio.Semaphore | None = field(default=None, repr=False)
 
     async def rollout(self, task: Task, *, trace_id: str, run_id: str, sample_index: int,
                       step: int | None, seed: int | None) -> Rollout:
@@ -61,12 +65,24 @@ class ProgramDriver:
         client = ClientSettings(self.gateway.base_url(trace_id), API_KEY, self.model_name, trace_id)
         start = time.perf_counter()
         try:
-            result = await self.program.run(program_row(task), client)
+            async with self._gate():
+                result = await self.program.run(program_row(task), client)
         finally:
             self.gateway.close(trace_id)
         self.kinds.update(route.capture.kinds)
         return captured_rollout(task, route, result, client, run_id=run_id, sample_index=sample_index,
                                 step=step, total_s=time.perf_counter() - start)
+
+
+    @asynccontextmanager
+    async def _gate(self) -> AsyncIterator[None]:
+        if self.concurrency is None:
+            yield
+            return
+        if self._semaphore is None:  # made on first use: it belongs to the running loop
+            self._semaphore = asyncio.Semaphore(self.concurrency)
+        async with self._semaphore:
+            yield
 
 
 def program_row(task: Task) -> dict[str, Any]:
@@ -156,7 +172,7 @@ async def program_driver(job: JobSpec, engine: object) -> AsyncIterator[ProgramD
     program = build_program(job)
     try:
         async with Gateway(model, params, job.rollout.max_tokens).running() as gateway:
-            yield ProgramDriver(gateway, program, job.model)
+            yield ProgramDriver(gateway, program, job.model, getattr(job.agent, "concurrency", None))
     finally:
         program.close()
 

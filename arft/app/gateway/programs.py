@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from arft.config.agents import CommandAgentSpec, PythonAgentSpec
+from arft.sandbox import SandboxLimits, run_sandboxed
+from arft.sandbox.python_env import interpreter_access
 from arft.tools.python_fn import load_function
 
 
@@ -124,13 +126,21 @@ class CommandProgram:
     env: dict[str, str]
     timeout_s: float
     stderr_max_chars: int
+    sandbox: SandboxLimits | None = None
+    """Run in arft's sandbox under these limits (``agent.sandbox``); None: a plain process."""
 
     @classmethod
     def from_spec(cls, spec: CommandAgentSpec, base_dir: Path) -> CommandProgram:
         cwd = base_dir if spec.cwd is None else (base_dir / spec.cwd).resolve()
-        return cls(list(spec.command), cwd, dict(spec.env), spec.timeout_s, spec.stderr_max_chars)
+        limits = None if not spec.sandbox else SandboxLimits(
+            timeout_s=spec.timeout_s, memory_mb=spec.memory_mb, network=True,
+            max_output_chars=max(spec.stderr_max_chars, 100_000), workspace_tmpfs_mb=spec.workspace_mb,
+            workspace_tmpfs_copy=True)
+        return cls(list(spec.command), cwd, dict(spec.env), spec.timeout_s, spec.stderr_max_chars, limits)
 
     async def run(self, row: dict[str, Any], client: ClientSettings) -> ProgramResult:
+        if self.sandbox is not None:
+            return await self._sandboxed(row, client, self.sandbox)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv, cwd=self.cwd, env={**os.environ, **self.env, **client.env()},
@@ -152,6 +162,23 @@ class CommandProgram:
             tail = err.decode(errors="replace")[-self.stderr_max_chars:]
             return ProgramResult(error=f"the agent exited with status {proc.returncode}; its stderr ends:\n{tail}")
         return ProgramResult(output=out.decode(errors="replace").strip())
+
+    async def _sandboxed(self, row: dict[str, Any], client: ClientSettings, limits: SandboxLimits) -> ProgramResult:
+        path, readable = interpreter_access()
+        env = {"PATH": path, "PYTHONNOUSERSITE": "1", **self.env, **client.env()}
+        result = await run_sandboxed(self.argv, self.cwd, limits, stdin=json.dumps(row), env=env,
+                                     readable=readable)
+        if result.error is not None:
+            return ProgramResult(error=f"the sandbox could not run the agent: {result.error}")
+        if result.timed_out:
+            return ProgramResult(error=f"the agent did not finish within {self.timeout_s:g}s (agent.timeout_s)",
+                                 timed_out=True)
+        if result.exit_code != 0:
+            tail = result.stderr[-self.stderr_max_chars:]
+            why = f" ({result.killed_reason})" if result.killed_reason else ""
+            return ProgramResult(
+                error=f"the agent exited with status {result.exit_code}{why}; its stderr ends:\n{tail}")
+        return ProgramResult(output=result.stdout.strip())
 
     def close(self) -> None:
         return None

@@ -50,7 +50,6 @@ import os
 import re
 import shutil
 import stat
-import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -61,7 +60,7 @@ from arft.graders.builtins.tests_guard import Tampering, neutralize, safe_write
 from arft.graders.templates import PLACEHOLDER, TemplateError, render_template, resolve
 from arft.records import Score
 from arft.sandbox import SandboxError, SandboxLimits, SandboxResult, remove_workspace, run_sandboxed
-from arft.sandbox.command import DEFAULT_PATH
+from arft.sandbox.python_env import interpreter_access
 from arft.sandbox.workspace import template_of
 from arft.secrets import SecretError, resolve_map
 
@@ -158,13 +157,6 @@ def _prepare(workspace: Path, files: dict[PurePosixPath, bytes]) -> tuple[Path, 
         remove_workspace(root)
         raise _Problem(f"could not prepare the copy of the workspace: {e}") from None
     return root, copy, tampering
-
-
-def interpreter_access() -> tuple[str, list[Path]]:
-    """``PATH`` with this interpreter's bin first, and the paths the sandbox must let it read."""
-    bin_dir = str(Path(sys.executable).parent) if sys.executable else ""
-    readable = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
-    return (f"{bin_dir}:{DEFAULT_PATH}" if bin_dir else DEFAULT_PATH), sorted(readable)
 
 
 def _tail(result: SandboxResult) -> str:

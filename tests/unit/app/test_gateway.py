@@ -180,9 +180,11 @@ async def test_agent_failures_are_infra_failures_never_zero(kind: str, tokenizer
     assert to_train_batch([got], [None]).input_ids == ()
 
 
-async def test_a_command_agent_through_the_job(tmp_path: Path, tokenizer: Any, model: Any) -> None:
-    """``agent: {type: command}`` from a job: the program reads OPENAI_BASE_URL and the row from
-    stdin; an over-budget conversation ends the rollout as truncated, not as a failure."""
+@pytest.mark.parametrize("sandbox", [False, True])
+async def test_a_command_agent_through_the_job(tmp_path: Path, tokenizer: Any, model: Any, sandbox: bool) -> None:
+    """``agent: {type: command}`` from a job, plain or in the sandbox: the program reads
+    OPENAI_BASE_URL and the row from stdin; an over-budget conversation ends the rollout as
+    truncated, not as a failure; a sandboxed program's writes stay in its tmpfs."""
     (tmp_path / "agent.py").write_text(textwrap.dedent("""
         import json, os, sys
         import openai
@@ -191,9 +193,10 @@ async def test_a_command_agent_through_the_job(tmp_path: Path, tokenizer: Any, m
         long = row["messages"] + [{"role": "user", "content": "word " * int(row.get("pad", 0))}]
         reply = client.chat.completions.create(model=os.environ["OPENAI_MODEL"], messages=long)
         print(json.dumps({"answer": reply.choices[0].message.content, "trace": os.environ["ARFT_TRACE_ID"]}))
+        open("scribble.txt", "w").write("x")
     """))
     job = JobSpec.model_validate({
-        "agent": {"command": [sys.executable, "agent.py"], "timeout_s": 60},
+        "agent": {"command": [sys.executable, "agent.py"], "timeout_s": 60, "sandbox": sandbox, "concurrency": 1},
         "rollout": {"max_tokens": 400},
         "method": {"type": "reinforcement", "reinforcement": {"grader": {
             "type": "string_check", "name": "s", "input": "{{ sample.output_text }}", "reference": "x",
@@ -211,6 +214,7 @@ async def test_a_command_agent_through_the_job(tmp_path: Path, tokenizer: Any, m
     assert json.loads(ok.output or "")["trace"] == "tr-ok" and sum(ok.loss_mask) > 0
     assert long.status == "truncated" and long.finish_reason == "max_tokens"
     assert "rollout.max_tokens" in (long.error or "")
+    assert (tmp_path / "scribble.txt").exists() is not sandbox
 
 
 async def test_a_route_that_is_not_running_is_an_openai_shaped_404(tokenizer: Any, model: Any) -> None:
