@@ -79,6 +79,23 @@ class Task(Frozen):
     ``None``: the job's ``rollout.parallel_tool_calls``."""
     item: dict[str, Any] = Field(default_factory=dict)
     """Every other key of the row; graders read it as ``{{item.key}}``."""
+    hint: str | None = None
+    """Privileged text (``training.rescue``) appended to the last user message of the prompt the
+    policy sees. Never in a rollout's messages: graders do not read it."""
+
+    @property
+    def prompt_messages(self) -> tuple[Message, ...]:
+        """The messages the policy's prompt renders: ``messages``, the hint at the end of the last
+        user message (a user message of its own when there is none)."""
+        if self.hint is None:
+            return self.messages
+        messages = list(self.messages)
+        last = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+        if last is None:
+            return (*messages, Message(role="user", content=self.hint))
+        m = messages[last]
+        messages[last] = m.model_copy(update={"content": f"{m.content or ''}\n\n{self.hint}".strip()})
+        return tuple(messages)
 
 
 ToolStatus = Literal["ok", "tool_error", "parse_error", "refused", "infra_error"]
@@ -189,6 +206,10 @@ class Rollout(Frozen):
     segments: tuple[TokenSegment, ...] = ()
     """The earlier segments of a trajectory whose history was rewritten (an agent program through
     the gateway); ``token_ids`` etc. are the last segment. Empty for append-only trajectories."""
+    rescued: Literal["tis", "none"] | None = None
+    """Sampled with a privileged hint (``training.rescue``; ``Task.hint``, never in ``messages``)
+    and recorded as if sampled without it: ``token_ids`` start with the prompt without the hint. The value is how its
+    recorded logprobs are weighted in the loss (``RescueSpec.correction``); None: an ordinary rollout."""
     output: str | None = None
     """An agent program's final output, as it returned it (JSON text for a JSON value); None for
     arft's own loop, whose output is its last assistant message (``output_text``)."""
@@ -248,3 +269,7 @@ class TrainBatch(Frozen):
     old_logprobs: tuple[tuple[float, ...], ...]
     advantages: tuple[float, ...]
     trace_ids: tuple[str, ...]
+    behaviour_known: tuple[bool, ...] = ()
+    """Per sequence: its recorded logprobs are those of the distribution that sampled it, and the
+    loss reweights by them (truncated importance sampling). False: treat it as sampled by the
+    trainer's policy (a rescued rollout with ``correction: none``). Empty: all True."""

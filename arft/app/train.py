@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.policy import apply_init_from, policy_engine, sync_engine
+from arft.app.rescue import rescue
 from arft.app.resume import resume as resume_from
 from arft.app.run import job_record, open_run
 from arft.app.session import Hooks, Session, TrainResult, evaluate_step, on_done
@@ -42,7 +43,8 @@ from arft.data.splits import Split, load_split
 from arft.graders.base import Grader
 from arft.metrics.sinks import close_sinks, open_sinks
 from arft.metrics.summary import flat_metrics, summarize
-from arft.records import Rollout, Task
+from arft.records import Rollout, Task, TrainBatch
+from arft.rollout.runner import RolloutRunner
 from arft.together import together
 from arft.tracing.run_dir import RunDir
 from arft.seeds import step_seed
@@ -91,6 +93,18 @@ def _resampled(job: JobSpec, plan: _Plan, n_rollouts: int) -> dict[str, float]:
     return {"train/groups_resampled": float(max(n_rollouts // plan.group_size - batch, 0))}
 
 
+def _rescue_metrics(job: JobSpec, plan: _Plan, rollouts: list[Rollout], batch: TrainBatch) -> dict[str, float]:
+    """``train/groups_rescued`` and ``train/hinted_share`` (of the sequences trained) under
+    ``training.rescue``."""
+    if job.training.rescue is None:
+        return {}
+    g = plan.group_size
+    groups = sum(any(r.rescued for r in rollouts[i:i + g]) for i in range(0, len(rollouts), g))
+    hinted = {r.trace_id for r in rollouts if r.rescued}
+    share = sum(t in hinted for t in batch.trace_ids) / max(len(batch.trace_ids), 1)
+    return {"train/groups_rescued": float(groups), "train/hinted_share": share}
+
+
 async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Generated[Cursor]:
     """The rollouts of the step after ``cursor``, sampled from the weights after ``version`` updates."""
     job = t.run.job
@@ -101,6 +115,12 @@ async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Ge
     t.hooks.phase(f"step {after.step}/{plan.total_steps}", len(tasks) * plan.group_size)
     t.hooks.point("step", after.step)
     rollouts = await _run_tasks(t, plan, tasks, after.step, done=0)
+    if job.training.rescue is not None:  # before dynamic sampling: a rescued group teaches
+        t.hooks.phase(f"step {after.step}/{plan.total_steps}: hints for groups of equal rewards", 0)
+        runner = t.run.runner
+        assert isinstance(runner, RolloutRunner), "the job refuses training.rescue with cluster.ray"
+        rollouts = (await rescue(runner, job.training.rescue, rollouts, plan.group_size, tasks,
+                                 base_seed=job.seed, step=after.step)).rollouts
     if job.training.dynamic_sampling:
         rollouts, after = await _resample(t, plan, rollouts, after, len(tasks))
     release_memory()
@@ -164,7 +184,7 @@ async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s
               "train/sequences": float(len(batch.input_ids)),
               "train/off_policy_steps": float(generated.off_policy_steps()),
               "train/stale_dropped": float(stale),
-              **_resampled(job, plan, len(rollouts)),
+              **_resampled(job, plan, len(rollouts)), **_rescue_metrics(job, plan, rollouts, batch),
               "time/rollouts_s": generated.seconds, "time/update_s": t_update,
               "time/step_s": waited_s + t_update}
     if bound > 0:

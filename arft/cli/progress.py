@@ -142,7 +142,7 @@ class TrainDisplay:
             f"step {step:3d}  reward {g('train/reward_mean', float('nan')):.3f}  "
             f"calls/rollout {g('train/tool_calls_mean', float('nan')):.2f}  "
             f"parse err {int(g('train/parse_errors', 0))}  dropped {int(g('train/groups_dropped', 0))}/"
-            f"{int(g('train/groups', 0))} groups  kl {g('update/kl', 0):.4f}  "
+            f"{int(g('train/groups', 0))} groups{_rescued(m)}  kl {g('update/kl', 0):.4f}  "
             f"ent {g('update/entropy', float('nan')):.2f}  clip {g('update/clip_fraction', 0):.2f}  "
             f"|g| {g('update/grad_norm', 0):.2f}  lr {g('update/lr', 0):.1e}  "
             f"t {g('time/rollouts_s', 0):.0f}+{g('time/update_s', 0):.0f}s")
@@ -175,3 +175,10 @@ def _phase_key(name: str) -> tuple[str, int | str]:
         if number.isdigit():
             return kind, int(number)
     return "other", name
+
+
+def _rescued(m: dict[str, float]) -> str:
+    """`` rescued N (hinted P%)`` under ``training.rescue``, else nothing."""
+    if "train/groups_rescued" not in m:
+        return ""
+    return f" rescued {int(m['train/groups_rescued'])} (hinted {100 * m['train/hinted_share']:.0f}%)"

@@ -140,6 +140,12 @@ class JobSpec(Spec):
 
     @model_validator(mode="after")
     def _agent_runs_here(self) -> JobSpec:
+        if self.agent.type != "arft" and self.training.rescue is not None:
+            raise ValueError("training.rescue puts its hint in the prompt arft's own loop renders; an agent "
+                             "program renders its own: remove training.rescue, or use agent type 'arft'")
+        if self.training.rescue is not None and self.cluster.ray is not None:
+            raise ValueError("training.rescue runs in this process's rollout runner; cluster.ray cannot use it "
+                             "yet: remove one of them")
         if self.agent.type != "arft" and self.cluster.ray is not None:
             raise ValueError(f"agent type {self.agent.type!r} runs its programs beside this process's gateway; "
                              "cluster.ray cannot drive them yet: remove cluster.ray, or use agent type 'arft'")

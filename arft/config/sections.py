@@ -94,6 +94,30 @@ class LoraSpec(Spec):
     """Module names that get adapters, or ``all-linear`` (every linear layer but the output)."""
 
 
+class RescueSpec(Spec):
+    """``training.rescue``: privileged hints for groups that teach nothing (docs/training.md,
+    "Rescue"). A group whose rewards are all equal and below ``mark`` is sampled again with the
+    hint in its prompt; the hinted rollouts are graded as usual (the grader never sees the hint),
+    and the ones that did better replace some of the group's rollouts, trained as if sampled
+    from the prompt without the hint. Evaluations never see a hint."""
+
+    hint: str
+    """A template over the row (``"The expected call is {{ item.expected_call }}"``), appended to
+    the last user message of the hinted prompt."""
+    mark: float = 1.0
+    """The success mark: only groups whose equal rewards are below it are rescued."""
+    samples: int | None = Field(default=None, ge=1)
+    """Hinted rollouts per rescued group (default: the group size)."""
+    keep_unhinted: int = Field(default=1, ge=1)
+    """Rollouts of the group's own that stay (at least one: the contrast the advantage needs)."""
+    correction: Literal["tis", "none"] = "tis"
+    """How the hinted samples are weighted: ``tis``, by the truncated importance ratio between the
+    policy without the hint and the hinted policy that sampled them (the loss's own ``tis_cap``
+    truncation; honest, and small where the hint mattered most); ``none``, as if the policy without
+    the hint had sampled them (their recorded logprobs are replaced by that policy's, read by the
+    engine): biased towards imitation, and the stronger push."""
+
+
 class TrainingSpec(Spec):
     """arft's RL settings (GRPO-style), beside the hosted hyperparameters."""
 
@@ -184,6 +208,8 @@ class TrainingSpec(Spec):
     eval_tasks: int | None = Field(default=None, ge=1)
     """Evaluate during training on the first N validation tasks only (default: all of them).
     Keeps evals affordable on a CPU when the validation file is large."""
+    rescue: RescueSpec | None = None
+    """Privileged hints for zero-signal groups (off by default; see ``RescueSpec``)."""
     init_from: str | None = None
     """Start from the weights of another run's latest checkpoint: a warm start from ``arft sft``
     (or an earlier ``arft train``) of the same model and the same ``finetune`` / ``lora``

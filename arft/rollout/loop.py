@@ -19,7 +19,7 @@ from arft.budget import count_calls
 from arft.engines.base import EngineError
 from arft.records import (FinishReason, Message, Rollout, RolloutStatus, Task, Timings, ToolCall,
                           ToolCallRecord, new_trace_id)
-from arft.rollout.conversation import Conversation
+from arft.rollout.conversation import AssistantTurn, Conversation
 from arft.tools.base import Tool, ToolContext, ToolOutcome
 
 if TYPE_CHECKING:
@@ -110,7 +110,8 @@ async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequ
     start = time.perf_counter()
     results = await asyncio.gather(*(
         _run_call(c, tools, allowed, ToolContext(trace_id=ep.trace_id, call_id=c.id, item=item,
-                                                 workspace=workspace, turn=ep.n_turns - 1))
+                                                 workspace=workspace, turn=ep.n_turns - 1,
+                                                 tool_name=c.function.name))
         for c in runnable))
     ep.tools_s += time.perf_counter() - start
     replies: list[Message] = []
@@ -139,11 +140,20 @@ async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequ
     return replies
 
 
+def _single_turn_done(limits: RolloutLimits, turn: AssistantTurn | None) -> bool:
+    """Whether the turn limit ended a single-turn job as intended: with ``max_turns: 1`` the one
+    turn's calls are the answer (a next turn was never meant to read their results), so only a turn
+    cut short (by its token limit, or with a call that could not be parsed) leaves it truncated.
+    With more turns, calls on the last allowed turn await results the model never sees: truncated."""
+    return limits.max_turns == 1 and turn is not None and turn.finish != "length" and not turn.parse_errors
+
+
 async def _episode(ep: _Episode, conv: Conversation, tools: Mapping[str, Tool], allowed: set[str],
                    limits: RolloutLimits, item: dict[str, object], workspace: Path | None) -> None:
+    turn: AssistantTurn | None = None
     while True:
         if ep.n_turns >= limits.max_turns:
-            return ep.end("max_turns", "truncated")
+            return ep.end("max_turns", "ok" if _single_turn_done(limits, turn) else "truncated")
         start = time.perf_counter()
         turn = await conv.assistant_turn()
         ep.generate_s += time.perf_counter() - start
@@ -179,7 +189,7 @@ async def run_rollout(conv: Conversation, task: Task, tools: Mapping[str, Tool],
     ep = _Episode(trace_id=trace_id, messages=list(task.messages))
     t0 = time.perf_counter()
     try:
-        conv.start(task.messages, schemas)
+        conv.start(task.prompt_messages, schemas)  # the hint (training.rescue) only here, never in the record
         await asyncio.wait_for(_episode(ep, conv, tools, allowed, limits, task.item, workspace),
                                timeout=limits.timeout_s)
     except asyncio.TimeoutError:

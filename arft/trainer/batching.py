@@ -25,13 +25,14 @@ def to_train_batch(rollouts: Sequence[Rollout], advantages: Sequence[float | Non
     A rollout whose history was rewritten (``Rollout.segments``, an agent program through the
     gateway) gives one sequence per segment, each with the rollout's advantage.
     """
-    keep = [(seg, float(a), r.trace_id) for r, a in zip(rollouts, advantages, strict=True)
+    keep = [(seg, float(a), r) for r, a in zip(rollouts, advantages, strict=True)
             if a is not None and r.status != "infra_failed"
             for seg in r.token_segments if any(seg.loss_mask)]
     return TrainBatch(
         input_ids=tuple(s.token_ids for s, _, _ in keep), loss_mask=tuple(s.loss_mask for s, _, _ in keep),
         old_logprobs=tuple(s.logprobs for s, _, _ in keep), advantages=tuple(a for _, a, _ in keep),
-        trace_ids=tuple(t for _, _, t in keep))
+        trace_ids=tuple(r.trace_id for _, _, r in keep),
+        behaviour_known=tuple(r.rescued != "none" for _, _, r in keep))
 
 
 @dataclass
@@ -48,6 +49,9 @@ class Tensors:
     targets: "torch.Tensor"
     old_logprobs: "torch.Tensor"
     advantages: "torch.Tensor"
+    behaviour_known: "torch.Tensor | None" = None
+    """``[B]`` bool: False for a row whose recorded logprobs are not its sampler's
+    (``TrainBatch.behaviour_known``); None: all known."""
 
     @property
     def n_tokens(self) -> int:
@@ -133,7 +137,11 @@ def micro_batches(batch: TrainBatch, size: int, pad_id: int = 0, max_tokens: int
             attn[row, :n] = 1
             mask[row, :n] = torch.tensor(batch.loss_mask[i], dtype=torch.float32)
             old[row, :n] = torch.tensor(batch.old_logprobs[i], dtype=torch.float32)
+        known = None
+        if batch.behaviour_known and not all(batch.behaviour_known[i] for i in idx):
+            known = torch.tensor([batch.behaviour_known[i] for i in idx], dtype=torch.bool)
         out.append(Tensors(
             input_ids=ids, attention_mask=attn, targets=ids[:, 1:], target_mask=mask[:, 1:],
-            old_logprobs=old[:, 1:], advantages=torch.tensor([batch.advantages[i] for i in idx])))
+            old_logprobs=old[:, 1:], advantages=torch.tensor([batch.advantages[i] for i in idx]),
+            behaviour_known=known))
     return out

@@ -98,7 +98,7 @@ class Learner:
                     lp, entropy = self._token_logprobs(self.policy, mb, self.loss_cfg.temperature)
                 old_lp = old[i] if old is not None else lp.detach()
                 adv = mb.advantages.unsqueeze(1).expand_as(mb.target_mask)[mb.target_mask.bool()]
-                engine_lp = mb.old_logprobs[mb.target_mask.bool()]
+                engine_lp = sampler_logprobs(mb, old_lp)
                 loss, s = policy_loss(lp, old_lp, engine_lp, adv, self.loss_cfg,
                                       ref[i] if ref is not None else None)
                 (loss / total).backward()
@@ -273,3 +273,17 @@ def _lr_factor(step: int, spec: TrainingSpec, total: int) -> float:
     if spec.lr_decay == "linear":
         return 1.0 - 0.9 * progress
     return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
+
+
+def sampler_logprobs(mb: Tensors, old_lp: "torch.Tensor") -> "torch.Tensor":
+    """The logprobs of the distribution that sampled each trained token, as the loss's truncated
+    importance weight needs them: the recorded ones, except in rows whose sampler is not known
+    (``Tensors.behaviour_known`` False: a rescued rollout under ``correction: none``), which count
+    as sampled by the trainer's own policy (``old_lp``: weight 1)."""
+    import torch
+
+    recorded = mb.old_logprobs[mb.target_mask.bool()]
+    if mb.behaviour_known is None:
+        return recorded
+    known = mb.behaviour_known.unsqueeze(1).expand_as(mb.target_mask)[mb.target_mask.bool()]
+    return torch.where(known, recorded, old_lp.detach())

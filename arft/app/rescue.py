@@ -1,0 +1,111 @@
+"""Rescue groups that teach nothing with privileged hints (``training.rescue``).
+
+Where the policy never succeeds on a task, every rollout of its group gets the same reward, the
+group has no advantage, and GRPO drops it. Real rows usually carry what a teacher would know (the
+reference answer, the expected call). For such a group the task is sampled again with that
+knowledge appended to its last user message (``RescueSpec.hint``, a template over the row;
+``Task.hint``), and graded as usual: the rollout's messages, which the grader reads, never hold the
+hint. They are stored under ``RESCUE_RUN_ID``. Hinted rollouts that did better than
+the group replace some of its rollouts (``keep_unhinted`` of its own stay, for the contrast), each
+**re-based on the prompt without the hint**: the ids of the un-hinted prompt, then exactly the ids
+the hinted policy sampled and the tool results it got (token in, token out). So the update
+teaches the policy to act, without the hint, as it acted with it.
+
+The sampler of those tokens was the hinted policy, not the one being trained. How the loss
+weights them (``RescueSpec.correction``): ``tis`` keeps the hinted policy's recorded logprobs, so
+the loss's truncated importance weight ``min(pi(a | x) / mu(a | x, hint), tis_cap)`` applies; it
+is honest, and small exactly where the hint mattered most. ``none`` counts them as sampled by the
+policy itself (weight 1): a biased, imitation-like push. ``python -m bench run rescue`` measures
+both against RL alone. Evaluations never see a hint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from arft.graders.templates import TemplateError, render_template
+from arft.records import Rollout, Task
+from arft.rollout.loop import task_tool_schemas
+from arft.rollout.runner import RolloutRunner
+from arft.seeds import step_seed
+
+if TYPE_CHECKING:
+    from arft.config.sections import RescueSpec
+
+RESCUE_RUN_ID = "train:rescue"
+"""The run id the hinted rollouts are stored under (they are graded, never trained as stored)."""
+_SEED_OFFSET = 7_777_777  # hinted samples draw seeds of their own, apart from the step's
+
+
+def zero_signal(group: Sequence[Rollout], mark: float) -> bool:
+    """Every rollout graded, all with the same reward, below ``mark``."""
+    rewards = {r.reward for r in group}
+    return len(rewards) == 1 and None not in rewards and next(iter(rewards)) < mark  # type: ignore[operator]
+
+
+def hinted(task: Task, hint: str) -> Task:
+    """``task`` whose prompt carries ``hint`` (``Task.hint``: the policy sees it, the rollout's
+    messages and so the grader do not)."""
+    return task.model_copy(update={"hint": hint})
+
+
+def rebased(rollout: Rollout, prompt_ids: Sequence[int], correction: str) -> Rollout:
+    """``rollout`` (sampled from a hinted prompt) as if sampled from ``prompt_ids``: the same
+    sampled ids, tool results, logprobs and mask after the prompt."""
+    n, p = rollout.prompt_len, len(prompt_ids)
+    constrained = rollout.constrained_mask
+    return rollout.model_copy(update={
+        "token_ids": tuple(prompt_ids) + rollout.token_ids[n:],
+        "loss_mask": (0,) * p + rollout.loss_mask[n:], "logprobs": (0.0,) * p + rollout.logprobs[n:],
+        "constrained_mask": (0,) * p + constrained[n:] if constrained else (),
+        "prompt_len": p, "rescued": correction})
+
+
+@dataclass
+class Rescued:
+    """The step's rollouts after rescue, and what rescue did."""
+
+    rollouts: list[Rollout]
+    tried: int
+    """Groups sampled again with their hint."""
+    rescued: int
+    """Groups that now hold at least one hinted rollout that did better."""
+
+
+async def rescue(runner: RolloutRunner, spec: RescueSpec, rollouts: list[Rollout], group_size: int,
+                 tasks: Sequence[Task], *, base_seed: int, step: int) -> Rescued:
+    """Rescue the zero-signal groups of one step (``rollouts``: ``group_size`` per task of
+    ``tasks``, in order); see the module docstring."""
+    groups = [rollouts[i:i + group_size] for i in range(0, len(rollouts), group_size)]
+    stuck: list[tuple[int, Task]] = []
+    for i, (task, group) in enumerate(zip(tasks, groups)):
+        try:
+            hint = render_template(spec.hint, {}, task.item)
+        except TemplateError:  # this row lacks the hint's fields: it cannot be helped
+            continue
+        if zero_signal(group, spec.mark):
+            stuck.append((i, hinted(task, hint)))
+    if not stuck:
+        return Rescued(rollouts, 0, 0)
+    samples = spec.samples or group_size
+    more = await runner.run_many([t for _, t in stuck], samples, run_id=RESCUE_RUN_ID, step=step,
+                                 seed=step_seed(base_seed + _SEED_OFFSET, step, samples))
+    rescued = 0
+    for k, (i, _) in enumerate(stuck):
+        floor = groups[i][0].reward
+        better = sorted((r for r in more[k * samples:(k + 1) * samples]
+                         if r.reward is not None and floor is not None and r.reward > floor and r.token_ids),
+                        key=lambda r: -(r.reward or 0.0))[:group_size - spec.keep_unhinted]
+        if better:
+            prompt = prompt_ids(runner, tasks[i])
+            groups[i] = groups[i][:group_size - len(better)] + [rebased(r, prompt, spec.correction) for r in better]
+            rescued += 1
+    return Rescued([r for g in groups for r in g], len(stuck), rescued)
+
+
+def prompt_ids(runner: RolloutRunner, task: Task) -> list[int]:
+    """The first prompt's ids of ``task`` exactly as the runner's own rollouts render it."""
+    conv = runner.conversation(task)
+    conv.start(task.messages, task_tool_schemas(task, runner.toolbox.tools))
+    return list(conv.token_fields()["token_ids"])

@@ -1,0 +1,101 @@
+"""Rescue with privileged hints: a group that teaches nothing is sampled again with the hint, the
+hinted rollouts that did better replace some of its own, re-based on the prompt without the hint
+(the same sampled ids), and train with the correction the job chose. A scripted engine that can
+answer only when the hint is in its prompt; the real tokenizer and chat format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+import torch
+
+from arft.app.rescue import hinted, prompt_ids, rescue, zero_signal
+from arft.config import JobSpec
+from arft.config.sections import BudgetSpec, RescueSpec
+from arft.engines.scripted import ScriptedEngine
+from arft.records import Message, Rollout, Score, Task
+from arft.rollout.runner import RolloutRunner
+from arft.tools.registry import Toolbox
+from arft.trainer.advantages import batch_advantages
+from arft.trainer.batching import micro_batches, to_train_batch
+from arft.trainer.learner import sampler_logprobs
+
+EOS = "<|im_end|>"
+G = 4
+
+
+class AnswerGrader:
+    name = "answer"
+
+    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+        return Score(score=1.0 if item["answer"] in sample["output_text"] else 0.0)
+
+
+def runner(tmp_path: Path, tokenizer: Any) -> RolloutRunner:
+    def reply(ids: Sequence[int]) -> str:
+        text = tokenizer.decode(list(ids))
+        return ("It is " + text.split("The answer is ")[1][:2] if "The answer is " in text else "No idea.") + EOS
+
+    job = JobSpec.model_validate({
+        "method": {"type": "reinforcement", "reinforcement": {"grader": {
+            "type": "string_check", "name": "unused", "input": "x", "reference": "x", "operation": "eq"}}},
+        "rollout": {"max_turns": 2}}).model_copy(update={"base_dir": tmp_path})
+    return RolloutRunner.from_job(job, ScriptedEngine(tokenizer, reply), Toolbox(), AnswerGrader())
+
+
+TASKS = [Task(id=f"t{i}", messages=(Message(role="user", content=f"What is the code of box {i}?"),),
+              item={"answer": f"{40 + i}"}) for i in range(2)]
+
+
+def test_a_hint_goes_at_the_end_of_the_last_user_message() -> None:
+    task = hinted(TASKS[0], "Hint: 40.")
+    assert task.prompt_messages[-1].content == "What is the code of box 0?\n\nHint: 40."
+    assert task.messages == TASKS[0].messages and task.item == TASKS[0].item  # the record keeps none
+    assert zero_signal([Rollout(trace_id="a", task_id="t", messages=(), score=Score(score=0.0))] * 2, 1.0)
+
+
+@pytest.mark.parametrize("correction", ["tis", "none"])
+async def test_a_zero_signal_group_is_rescued_on_the_prompt_without_the_hint(
+        tmp_path: Path, tokenizer: Any, correction: str) -> None:
+    r = runner(tmp_path, tokenizer)
+    plain = await r.run_many(TASKS, G, seed=1)
+    assert [x.reward for x in plain] == [0.0] * 2 * G  # nobody knows the codes: every group dropped
+    assert batch_advantages(plain, G, BudgetSpec()).metrics["train/groups_dropped"] == 2
+    spec = RescueSpec(hint="The answer is {{ item.answer }}.", correction=correction)  # type: ignore[arg-type]
+    out = await rescue(r, spec, plain, G, TASKS, base_seed=1, step=1)
+    assert (out.tried, out.rescued) == (2, 2) and len(out.rollouts) == 2 * G
+    group = out.rollouts[:G]
+    assert [x.rescued for x in group] == [None, correction, correction, correction]  # keep_unhinted = 1
+    assert [x.reward for x in group] == [0.0, 1.0, 1.0, 1.0]
+    ids = prompt_ids(r, TASKS[0])
+    for x in group[1:]:
+        assert x.token_ids[:len(ids)] == tuple(ids) and x.prompt_len == len(ids)  # no hint in the trained ids
+        assert "answer is" not in tokenizer.decode(list(x.token_ids))
+        assert "It is 40" in tokenizer.decode(list(x.token_ids[len(ids):]))  # what the hinted policy sampled
+        assert "answer is" not in (x.messages[0].content or "")  # nor the messages the grader read
+    advantages = batch_advantages(out.rollouts, G, BudgetSpec())
+    assert advantages.metrics["train/groups_dropped"] == 0
+    batch = to_train_batch(out.rollouts, advantages.values)
+    assert batch.behaviour_known == tuple(x.rescued != "none" for x in out.rollouts)
+    mb = micro_batches(batch, size=16)[0]
+    old = torch.full((int(mb.target_mask.sum()),), -9.0)
+    sampler = sampler_logprobs(mb, old)
+    recorded = mb.old_logprobs[mb.target_mask.bool()]
+    if correction == "tis":
+        assert torch.equal(sampler, recorded)  # the hinted policy's own logprobs: importance-weighted
+    else:
+        assert (sampler == -9.0).sum() > 0 and mb.behaviour_known is not None
+
+
+async def test_hinted_rollouts_are_stored_apart_and_solved_groups_are_left_alone(tmp_path: Path,
+                                                                                 tokenizer: Any) -> None:
+    r = runner(tmp_path, tokenizer)
+    solved = [Rollout(trace_id=f"s{k}", task_id="t0", messages=(), score=Score(score=1.0)) for k in range(G)]
+    out = await rescue(r, RescueSpec(hint="The answer is {{ item.answer }}."), solved, G, TASKS[:1],
+                       base_seed=1, step=1)
+    assert out.rollouts == solved and out.tried == 0  # equal rewards at the mark: nothing to rescue
+    missing = await rescue(r, RescueSpec(hint="{{ item.nothing }}"), (await r.run_many(TASKS[:1], G)), G,
+                           TASKS[:1], base_seed=1, step=1)
+    assert missing.tried == 0  # a row without the hint's fields cannot be helped
