@@ -200,6 +200,9 @@ class Rollout(Frozen):
     when no turn was constrained."""
     constrained_calls: int = 0
     """Tool calls written under a tool-call grammar (valid by construction)."""
+    closed_calls: int = 0
+    """Of those, calls the engine closed by the grammar's shortest completion because the turn's
+    ``max_new_tokens`` was about to run out (``Generation.closed_calls``)."""
     policy: PolicyStamp | None = None
     """The weights that sampled the rollout's last turn; None for engines that cannot say (the
     ``openai`` engine) and for rollouts recorded before stamps existed."""

@@ -40,11 +40,13 @@ REFERENCE_MAPS = frozenset({"headers", "env"})
 """Maps whose every value may hold references."""
 REFERENCE_FIELDS = frozenset({"signing_secret", "api_key"})
 """String fields that may hold references."""
-SECRET_KEY = re.compile(r"key|token(?!s)|secret|passw|authorization|cookie|credential", re.IGNORECASE)
+SECRET_KEY = re.compile(r"key(?!word)|token(?!s)|secret|passw|authorization|cookie|credential",
+                        re.IGNORECASE)
 """A key whose string value is treated as a secret (``api_key``, ``X-Auth-Token``, ...); a key
 ending in ``_env`` names a variable instead (``api_key_env``) and is kept, and so is a key that
-is no name (a file path such as ``test_token.py``: see ``NAME``), and a count of tokens
-(``micro_batch_tokens: auto``, ``max_tokens``)."""
+is no name (a file path such as ``test_token.py``: see ``NAME``), a count of tokens
+(``micro_batch_tokens: auto``, ``max_tokens``) and a setting about keywords
+(``rollout.schema_keywords: lenient``)."""
 NAME = re.compile(r"[A-Za-z0-9_-]+")
 """What a field, header or variable name looks like."""
 SCHEME_WORD = re.compile(r"\s*(?:bearer|basic|token)?\s*", re.IGNORECASE)

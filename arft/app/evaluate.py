@@ -36,7 +36,7 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: RunDi
     if job.cluster.ray is not None:
         on_status("cluster.ray is set, but arft eval runs in this process (only arft train scales out on Ray)")
     async with open_run(job, run_dir, engine=engine, grader=grader, splits={split: tasks}, on_status=on_status) as run:
-        run.store.create_run(run_id, "eval", job_record(job))
+        run.store.create_run(run_id, "eval", {**job_record(job), "split": split})  # arft export reads the split
         on_status("running rollouts")
         rollouts = await run.runner.run_many(tasks, samples, run_id=run_id, seed=job.sampling.seed,
                                              on_done=on_done)

@@ -15,6 +15,7 @@ only the built tools, grader and engine ever hold the resolved values.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from arft.data.dataset import check_task_tools
 from arft.data.splits import Split, split_path
 from arft.engines.base import ChatEngine, TokenEngine
 from arft.engines.factory import build_engine
-from arft.graders.base import Grader, close_grader
+from arft.graders.base import Grader, close_grader, warm_up_grader
 from arft.graders.registry import build_grader
 from arft.records import Task
 from arft.rollout.runner import RolloutRunner, workspace_template
@@ -54,7 +55,7 @@ class Run:
 def check_tools(job: JobSpec, tasks: Sequence[Task], toolbox: Toolbox, split: Split) -> None:
     """Every tool a task names must be one of the started tools (MCP names included), and every
     task's workspace template (``rollout.workspace``, per-row placeholders filled) must exist."""
-    check_task_tools(tasks, set(toolbox.tools), split_path(job, split))
+    check_task_tools(tasks, toolbox.lookup, split_path(job, split))
     if job.rollout.workspace is not None and "{{" in job.rollout.workspace:
         for task in tasks:
             workspace_template(job.rollout.workspace, job.base_dir, task)
@@ -79,6 +80,9 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
         grader = grader if grader is not None else build_grader(job.rl.grader, job.base_dir)
         if own_grader:
             stack.push_async_callback(close_grader, grader)
+        # A python grader's sandbox pool starts while the rest opens and the first rollouts run,
+        # so the first grades do not wait for it (it was most of a one-batch eval's grade time).
+        stack.push_async_callback(_stop, asyncio.ensure_future(warm_up_grader(grader)))
         if engine is None:
             on_status(f"loading model {job.model}")
             engine = build_engine(job, role="eval", run_dir=run_dir.path, on_status=on_status)
@@ -101,6 +105,16 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
             on_status("starting the gateway for the agent program")
             runner.driver = await stack.enter_async_context(program_driver(job, engine))
         yield Run(job, run_dir, engine, toolbox, grader, store, runner)
+
+
+async def _stop(task: asyncio.Future[None]) -> None:
+    """Cancel ``task`` if it still runs (the run closes before its grader's pool is up)."""
+    if not task.done():
+        task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
 
 
 def job_record(job: JobSpec) -> dict[str, Any]:

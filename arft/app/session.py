@@ -139,7 +139,7 @@ async def evaluate_step(s: Session, step: int) -> EvalSummary:
     n = 1
     while store.has_run(eval_id):  # a fresh run in a used run directory: keep both (a resume drops later ones)
         eval_id, n = f"{s.run_id}:eval-{step:06d}-r{n}", n + 1
-    store.create_run(eval_id, "eval", {"step": step})
+    store.create_run(eval_id, "eval", {"step": step, "split": "validation"})  # arft export reads the split
     rollouts = await s.run.runner.run_many(s.val_tasks, k, run_id=eval_id, step=step,
                                            seed=eval_seed(job.seed), on_done=on_done(s.hooks, "eval", step))
     release_memory()

@@ -19,7 +19,7 @@ the job renders its prompt to the same ids; otherwise the messages are replayed
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,7 +151,7 @@ async def tokenize(run: Run, demos: Sequence[Demonstration]) -> tuple[list[DemoT
     for d in demos:
         task = Task(id=d.task_id, messages=d.prompt, tools=d.tools, tool_choice=d.tool_choice)
         schemas = task_tool_schemas(task, run.toolbox.tools)
-        unknown = _unknown_tools(d, schemas, set(run.toolbox.tools))
+        unknown = _unknown_tools(d, schemas, run.toolbox.lookup)
         if unknown:
             dropped[f"calls a tool the job does not have ({unknown})"] += 1
             continue
@@ -167,7 +167,7 @@ async def tokenize(run: Run, demos: Sequence[Demonstration]) -> tuple[list[DemoT
     return out, dropped
 
 
-def _unknown_tools(d: Demonstration, schemas: Sequence[dict], job_tools: set[str]) -> str:
+def _unknown_tools(d: Demonstration, schemas: Sequence[dict], job_tools: Container[str]) -> str:
     """Names the demonstration offers or calls that the job's tools do not provide ('' if none)."""
     offered = {str((s.get("function") or s).get("name")) for s in schemas}  # checked schemas: names are strings
     called = {tc.function.name for m in d.turns for tc in m.tool_calls or ()}

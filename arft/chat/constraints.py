@@ -19,13 +19,18 @@ the call): the grammar is advanced through it before the first sampled token.
 The grammar engine itself compiles many JSON-schema keywords but silently ignores a few (``not``,
 ``if``/``then``/``else``, ``dependentRequired``...). ``check_schema`` therefore accepts only the
 keywords the constraint really enforces, plus annotations, and names the tool and the keyword of
-anything else: a constraint that quietly does less than the schema says is never used.
+anything else: a constraint that quietly does less than the schema says is never used. Real data
+brings such keywords (a benchmark's ``optional``): under ``rollout.schema_keywords: lenient``
+(``SchemaKeywords``) they are dropped from the grammar instead, and the caller is told which, to
+warn once per tool (``grammar_tools``'s ``on_drop``). A ``format`` the grammar engine has no
+grammar for (``int32``, ``regex``...; ``ENFORCED_FORMATS`` are the ones it has) is dropped and
+reported in either mode: it never constrained anything, and is never silently ignored.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence
 
 from arft.errors import ArftError
 from arft.records import Frozen
@@ -44,6 +49,20 @@ ANNOTATION_KEYWORDS = frozenset({
     "readOnly", "writeOnly", "strict",
 })
 """Keywords that describe but do not constrain: ignoring them changes nothing."""
+
+ENFORCED_FORMATS = frozenset({
+    "date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "uri",
+    "uri-reference", "uri-template", "uuid", "json-pointer", "relative-json-pointer",
+})
+"""String ``format`` values the grammar engine enforces (checked against xgrammar 0.2 in the
+tests); any other value (``int32``, ``regex``, ``iri``...) compiles to a plain string/number."""
+
+SchemaKeywords = Literal["strict", "lenient"]
+"""What to do with a keyword the grammar cannot enforce: ``strict`` raises ``ConstraintError``,
+``lenient`` drops it from the grammar (see the module docstring)."""
+
+OnDrop = Callable[[str, Sequence[str]], None]
+"""Told ``(tool, dropped)`` when a tool's grammar leaves keywords out (``keyword (at path)``)."""
 
 ANY_OBJECT = {"type": "object", "additionalProperties": True}
 """The arguments of a tool that is not held to its schema: any JSON object."""
@@ -148,6 +167,66 @@ def check_schema(tool: str, schema: object, subject: str | None = None) -> None:
                 f"{', '.join(sorted(ENFORCED_KEYWORDS))}){undo}")
 
 
+def _unenforced(key: str, value: object) -> bool:
+    """Whether ``key: value`` of a subschema is a keyword the grammar does not enforce."""
+    if key == "format":
+        return not (isinstance(value, str) and value in ENFORCED_FORMATS)
+    return key not in ENFORCED_KEYWORDS and key not in ANNOTATION_KEYWORDS
+
+
+def relaxed_schema(schema: object, path: str = "#") -> tuple[Any, list[str]]:
+    """``schema`` without the keywords the grammar does not enforce, and what was dropped
+    (``"'keyword' (at path)"``), walking subschemas as ``check_schema`` does (a property *named*
+    ``optional`` is kept)."""
+    if not isinstance(schema, Mapping):
+        return schema, []
+    out: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in schema.items():
+        if _unenforced(key, value):
+            shown = f"'format: {value}'" if key == "format" else f"'{key}'"
+            dropped.append(f"{shown} (at {path})")
+            continue
+        where = f"{path}/{key}"
+        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[key] = {}
+            for name, sub in value.items():
+                out[key][name], more = relaxed_schema(sub, f"{where}/{name}")
+                dropped += more
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = []
+            for i, sub in enumerate(value):
+                relaxed, more = relaxed_schema(sub, f"{where}/{i}")
+                out[key].append(relaxed)
+                dropped += more
+        elif key in _SCHEMA_VALUED:
+            out[key], more = relaxed_schema(value, where)
+            dropped += more
+        else:
+            out[key] = value
+    return out, dropped
+
+
+def enforced_schema(tool: str, schema: object, keywords: SchemaKeywords = "strict",
+                    on_drop: OnDrop | None = None) -> Any:
+    """The schema the grammar holds ``tool``'s arguments to: ``strict`` raises ``ConstraintError``
+    for an unenforceable keyword (``check_schema``), ``lenient`` drops it; a ``format`` with no
+    grammar is dropped in both. ``on_drop(tool, dropped)`` hears of anything dropped."""
+    if keywords == "strict" or not isinstance(schema, Mapping):
+        check_schema(tool, schema)  # a schema that is no object: the same error in either mode
+    relaxed, dropped = relaxed_schema(schema)
+    if dropped and on_drop is not None:
+        on_drop(tool, dropped)
+    return relaxed
+
+
+def drop_message(tool: str, dropped: Sequence[str]) -> str:
+    """The one warning for a tool whose grammar leaves ``dropped`` out."""
+    return (f"tool '{tool}': constrained decoding cannot enforce {', '.join(dropped)}; left out "
+            "of its call grammar (the model still sees the schema as written). Set "
+            "rollout.schema_keywords: strict to make this an error")
+
+
 def search_pattern(pattern: str) -> str:
     """A JSON-schema ``pattern`` (a search: it may match anywhere) as the full-match regex the
     grammar engine expects: unanchored ends are padded with ``.*``."""
@@ -191,13 +270,15 @@ def is_strict(schema: Mapping[str, object]) -> bool:
     return function_of(schema).get("strict") is True or schema.get("strict") is True
 
 
-def grammar_tools(schemas: Sequence[Mapping[str, object]], constrain_all: bool) -> tuple[GrammarTool, ...]:
+def grammar_tools(schemas: Sequence[Mapping[str, object]], constrain_all: bool,
+                  keywords: SchemaKeywords = "strict", on_drop: OnDrop | None = None
+                  ) -> tuple[GrammarTool, ...]:
     """The tools of a constrained turn, or ``()`` when nothing is to be constrained.
 
     ``constrain_all`` (the job's ``rollout.constrained_tool_calls``) holds every tool to its
     schema. Without it only ``strict`` tools are held to theirs, as in the hosted API; the others
     still get a valid name and a JSON object, since the call syntax is shared. Every enforced
-    schema is checked first (``ConstraintError`` on a keyword the grammar cannot enforce).
+    schema goes through ``enforced_schema`` first (``keywords``, ``on_drop``: see there).
     """
     if not schemas or not (constrain_all or any(is_strict(s) for s in schemas)):
         return ()
@@ -209,6 +290,6 @@ def grammar_tools(schemas: Sequence[Mapping[str, object]], constrain_all: bool) 
         params = fn.get("parameters")
         params = {"type": "object", "properties": {}} if params is None else params
         if strict:
-            check_schema(name, params)
+            params = enforced_schema(name, params, keywords, on_drop)
         tools.append(GrammarTool(name=name, strict=strict, parameters=dict(params) if strict else ANY_OBJECT))
     return tuple(tools)

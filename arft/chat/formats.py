@@ -34,10 +34,11 @@ How tools are offered (schemas, ``tool_choice``, the Hermes tool block) lives in
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from arft.chat.constraints import ToolGrammar, grammar_tools
+from arft.chat.constraints import SchemaKeywords, ToolGrammar, drop_message, grammar_tools
 from arft.chat.messages import hermes_messages, template_messages
 from arft.chat.tool_prompt import (ChatFormatError, ToolChoice, normalize_tool,
                                      parse_tool_choice, tool_name)
@@ -54,6 +55,8 @@ from arft.records import FunctionCall, Message, ToolCall
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
 
 # Names used only in probe renderings; chosen so they cannot collide with real text.
 PROBE_TOOL = "arft_probe_tool_5e0c"
@@ -121,6 +124,9 @@ class ChatFormat:
         # task share one prompt, and tool results of the same shape share one skeleton.
         self._prompt_cache: dict[str, Rendered] = {}
         self._skeletons: dict[tuple[tuple[str, str | None], ...], list[str] | None] = {}
+        # Schema keywords left out of a tool's grammar are warned about once per tool and run,
+        # not once per rollout (a format serves a whole run).
+        self._warned_drops: set[tuple[str, tuple[str, ...]]] = set()
         # Fails now, not mid-run, when the template cannot be extended by appending tokens.
         self._followup_text([Message(role="tool", content="probe", tool_call_id="call_probe0")])
 
@@ -199,18 +205,27 @@ class ChatFormat:
             parts.append(self._call_open + name + self._args_infix + canonical_arguments(args) + self._call_end)
         return "\n".join(parts)
 
-    def tool_grammar(self, tools: Sequence[dict[str, object]], constrain_all: bool) -> ToolGrammar | None:
+    def tool_grammar(self, tools: Sequence[dict[str, object]], constrain_all: bool,
+                     keywords: SchemaKeywords = "strict") -> ToolGrammar | None:
         """The constraint on this format's tool calls for a row offering ``tools``, or None.
 
         ``constrain_all`` holds every tool to its schema; otherwise only ``"strict": true`` tools
         are (None when there is none). Raises ``ConstraintError`` for a schema keyword the
-        constraint cannot enforce (see ``arft.chat.constraints``).
+        constraint cannot enforce, unless ``keywords`` is ``lenient``: then it is left out of the
+        grammar with one warning per tool (see ``arft.chat.constraints``).
         """
-        listed = grammar_tools([normalize_tool(t) for t in tools], constrain_all)
+        listed = grammar_tools([normalize_tool(t) for t in tools], constrain_all, keywords,
+                               self._warn_drop)
         if not listed:
             return None
         return ToolGrammar(tools=listed, trigger=TOOL_CALL_OPEN, call_begin=self._call_open,
                            args_infix=self._args_infix, call_end=self._call_end)
+
+    def _warn_drop(self, tool: str, dropped: Sequence[str]) -> None:
+        key = (tool, tuple(dropped))
+        if key not in self._warned_drops:
+            self._warned_drops.add(key)
+            log.warning("%s", drop_message(tool, dropped))
 
     def encode(self, text: str) -> list[int]:
         """Token ids of rendered text (special-token markers in it become special tokens)."""

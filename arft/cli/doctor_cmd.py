@@ -21,6 +21,7 @@ from rich.text import Text
 
 from arft.app.doctor import Check, DoctorReport, load_data, run_doctor
 from arft.cli.console import console, err
+from arft.cli.inputs import set_option
 from arft.cli.progress import RolloutProgress
 from arft.config import load_job
 from arft.tracing.run_dir import RunDir
@@ -41,13 +42,14 @@ def doctor_cmd(
         None, "--out", help="Where baseline rollouts are stored "
                             "(default: runs/<job>-doctor-<time>)."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
+    overrides: list[str] = set_option(),
 ) -> None:
     """Check a job against the four principles: a well-defined task, data like real traffic,
     a baseline that can improve by exploring, and an unhackable, continuous reward. Given a run
     directory: whether every rollout was sampled by the weights its step says (docs/weights.md)."""
     if RunDir(job_file).store.is_file():
         _doctor_run(job_file, as_json)
-    job = load_job(job_file)
+    job = load_job(job_file, overrides)
     data = load_data(job, traffic)
     run_dir = None if no_rollouts else (
         RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "doctor"))

@@ -14,6 +14,7 @@ import typer
 
 from arft.app.evaluate import evaluate
 from arft.cli.console import console, fail
+from arft.cli.inputs import set_option
 from arft.cli.progress import RolloutProgress
 from arft.config import load_job
 from arft.data.splits import load_split
@@ -27,11 +28,12 @@ def eval_cmd(
     samples: Optional[int] = typer.Option(None, help="Rollouts per task (default: eval_samples)."),
     limit: Optional[int] = typer.Option(None, help="Only the first N tasks."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default: runs/<job>-eval-<time>)."),
+    overrides: list[str] = set_option(),
 ) -> None:
     """Run traced multi-turn rollouts of every task, grade them and print a summary (the baseline)."""
     if split not in ("train", "validation"):
         fail(f"--split must be train or validation, not '{split}'")
-    job = load_job(job_file)
+    job = load_job(job_file, overrides)
     tasks = load_split(job, split, limit)  # type: ignore[arg-type]
     k = samples or job.rl.hyperparameters.resolved("eval_samples")
     run_dir = RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "eval")

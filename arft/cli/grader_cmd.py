@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from arft.cli.console import console, err
-from arft.cli.inputs import read_object_arg
+from arft.cli.inputs import read_object_arg, set_option
 from arft.cli.runs import open_run_store
 from arft.config import load_job
 from arft.data.splits import load_split
@@ -64,9 +64,10 @@ def audit_cmd(
     threshold: float = typer.Option(
         0.5, "--threshold", help="An adversarial answer scoring above this is a hack."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    overrides: list[str] = set_option(),
 ) -> None:
     """Try to hack the job's grader with adversarial answers and check the reward is continuous."""
-    job = load_job(job_file)
+    job = load_job(job_file, overrides)
     tasks = load_split(job, "validation", limit)
     grader = build_grader(job.rl.grader, job.base_dir)
     baseline = _load_baseline(run) if run is not None else None

@@ -16,11 +16,13 @@ from rich.table import Table
 from rich.text import Text
 
 from arft.cli.console import console, err
+from arft.cli.inputs import set_option
 from arft.config import load_job
 from arft.data.checks import NEAR_DUPLICATE_RATIO
 from arft.data.importer import ImportReport, import_traffic
 
 MAX_SHOWN_ERRORS = 5
+MAX_SHOWN_PAIRS = 3
 
 
 def import_cmd(
@@ -45,10 +47,11 @@ def import_cmd(
     redact_hook: Optional[str] = typer.Option(
         None, "--redact-hook", help="file.py:function (str -> str) applied to every string."),
     force: bool = typer.Option(False, "--force", help="Overwrite the import files in a non-empty --out."),
+    overrides: list[str] = set_option(),
 ) -> None:
     """Turn logged chat-completions traffic into arft dataset rows (the episode starts) and
     demonstrations (the whole logged conversations)."""
-    job = load_job(job_file) if job_file is not None else None
+    job = load_job(job_file, overrides) if job_file is not None else None
     with _progress() as progress:
         bar = progress.add_task(f"reading {logs.name}", total=None)
         report = import_traffic(
@@ -57,6 +60,7 @@ def import_cmd(
             redact_hook=redact_hook, force=force,
             on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
     _render(report)
+    _render_near_duplicates(report)
     _next_steps(report, logs, out, job_file)
 
 
@@ -99,6 +103,20 @@ def _render(report: ImportReport) -> None:
     if report.bad_lines > MAX_SHOWN_ERRORS:
         err.print(Text(f"... and {report.bad_lines - MAX_SHOWN_ERRORS} more bad line(s): see "
                        f"{Path(report.out) / 'import_report.json'}", style="red"))
+
+
+def _render_near_duplicates(report: ImportReport) -> None:
+    """The first dropped near-duplicates beside the rows they matched, as compared (what varies
+    between requests); all of them are in import_report.json."""
+    pairs = report.near_duplicate_pairs
+    if not pairs:
+        return
+    console.print(Text(f"near-duplicates dropped, compared on what varies between requests "
+                       f"(all {report.near_duplicates_removed}: near_duplicate_pairs in "
+                       f"{Path(report.out) / 'import_report.json'}):", style="yellow"))
+    for p in pairs[:MAX_SHOWN_PAIRS]:
+        console.print(Text(f"  {p.dropped} ~ {p.kept} (ratio {p.ratio:g}): {p.compared[0][:60]!r} ~ "
+                           f"{p.compared[1][:60]!r}"))
 
 
 def _next_steps(report: ImportReport, logs: Path, out: Path, job_file: Path | None) -> None:

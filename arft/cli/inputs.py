@@ -1,11 +1,14 @@
-"""Reading the JSON arguments of arft's commands (``--grader``, ``--item``, ``--sample``): inline
-JSON or a file path, with errors that say what to pass."""
+"""Reading the arguments of arft's commands: the JSON ones (``--grader``, ``--item``,
+``--sample``: inline JSON or a file path, with errors that say what to pass), and the ``--set``
+option every command that loads a job shares."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+import typer
 
 from arft.cli.console import fail
 from arft.graders.validate import InputError
@@ -50,3 +53,12 @@ def read_object_arg(value: str, what: str) -> tuple[dict[str, Any], Path]:
         return require_object(data, what), base_dir
     except InputError as e:
         fail(str(e))
+
+
+def set_option() -> Any:
+    """The ``--set SECTION.FIELD=VALUE`` option (repeatable) of every command that loads a job;
+    its values go to ``load_job(path, overrides)``, which validates them as the job file."""
+    return typer.Option(
+        [], "--set", metavar="SECTION.FIELD=VALUE",
+        help="Override a job field, value read as YAML (repeatable), e.g. --set sampling.temperature=0.9 "
+             "--set training.max_steps=3 --set rollout.max_turns=1.")

@@ -1,7 +1,9 @@
-"""Opening the run directory a command was given: its store, or a clear error and exit 2."""
+"""Opening the run directory a command was given: its store, or a clear error and exit 2; the
+``--set`` overrides a run started with, kept for its ``--resume``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from arft.cli.console import fail
@@ -16,3 +18,17 @@ def open_run_store(run_dir: Path) -> RunStore:
         return RunDir(run_dir).open_store()
     except StoreError as e:
         fail(str(e))
+
+
+def recorded_overrides(run_dir: Path | None) -> list[str]:
+    """The ``--set`` overrides the run at ``run_dir`` recorded (none without a run): a resumed run
+    applies them again before the command's own, so it trains the job it started with."""
+    marker = RunDir(run_dir).job_overrides if run_dir is not None else None
+    return list(json.loads(marker.read_text())) if marker is not None and marker.exists() else []
+
+
+def record_overrides(run_dir: RunDir, overrides: list[str]) -> None:
+    """Keep the run's ``--set`` overrides (all of them, recorded ones included) for its ``--resume``."""
+    if overrides:
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        run_dir.job_overrides.write_text(json.dumps(overrides))

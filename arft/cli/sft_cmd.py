@@ -14,7 +14,9 @@ import typer
 
 from arft.app.sft import SftOptions, sft
 from arft.cli.console import console, fail
+from arft.cli.inputs import set_option
 from arft.cli.progress import TrainDisplay
+from arft.cli.runs import record_overrides, recorded_overrides
 from arft.config import load_job
 from arft.tracing.run_dir import RunDir
 
@@ -36,16 +38,19 @@ def sft_cmd(
     learning_rate: Optional[float] = typer.Option(
         None, "--learning-rate", help="Default: the job's training.learning_rate x multiplier."),
     no_eval: bool = typer.Option(False, "--no-eval", help="Skip the baseline and final evaluations."),
+    overrides: list[str] = set_option(),
 ) -> None:
     """Supervised warm start: imitate demonstrations (assistant tokens only), then `arft train`
     with `training.init_from: RUN_DIR` (or `arft train JOB --init-from RUN_DIR`)."""
-    job = load_job(job_file)
     if resume and out is None:
         fail("--resume continues a run directory: give it with --out RUN_DIR")
+    overrides = [*recorded_overrides(out if resume else None), *overrides]
+    job = load_job(job_file, overrides)
     run_dir = RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "sft")
     if not resume:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         run_dir.job_path.write_text(str(Path(job_file).resolve()))
+    record_overrides(run_dir, overrides)
     options = SftOptions(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate,
                          min_reward=min_reward, min_scores=_scores(min_score), best_of=best_of, limit=limit,
                          evaluate=not no_eval)

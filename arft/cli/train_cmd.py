@@ -17,7 +17,9 @@ from arft.app.sft import SftOptions
 from arft.app.train import train
 from arft.app.expert_iteration import WarmStart, expert_iteration, warm_start_dir
 from arft.cli.console import console, fail
+from arft.cli.inputs import set_option
 from arft.cli.progress import TrainDisplay
+from arft.cli.runs import record_overrides, recorded_overrides
 from arft.config import JobSpec, load_job
 from arft.tracing.run_dir import RunDir
 
@@ -41,19 +43,22 @@ def train_cmd(
     ray_address: Optional[str] = typer.Option(
         None, "--ray", help="Run on a Ray cluster: auto (the one `ray start` made here), HOST:PORT, "
                             "ray://HOST:10001, or local (a new one); sizes from the job's cluster.ray."),
+    overrides: list[str] = set_option(),
 ) -> None:
     """Reinforcement fine-tuning: rollouts, grades, group-relative advantages, updates, evals."""
     if resume is not None:
         job_file = job_file or _job_file_of(resume)
     if job_file is None:
         fail("give a job file (or --resume RUN_DIR)")
-    job = load_job(job_file)
+    overrides = [*recorded_overrides(resume), *overrides]  # a resumed run keeps the --set it started with
+    job = load_job(job_file, overrides)
     job = _on_ray(_init_from(job, init_from), ray_address)
     run_dir = RunDir(resume.resolve()) if resume else (
         RunDir(out.resolve()) if out else RunDir.new(job_file, job.run_dir, "train"))
     if resume is None:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         run_dir.job_path.write_text(str(Path(job_file).resolve()))
+    record_overrides(run_dir, overrides)
     plan = None if warm_start is None or resume is not None else WarmStart(
         samples=warm_start, tasks=warm_start_tasks, min_reward=warm_start_min_reward,
         sft=SftOptions(epochs=warm_start_epochs, batch_size=4, best_of=1, evaluate=False))

@@ -11,6 +11,7 @@ import difflib
 import json
 import re
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from arft.config.base import JobError
 from arft.config.engines import EngineType
 from arft.config.job import JobSpec
+from arft.config.overrides import Override, apply_overrides, blamed, parse_override
 
 
 def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
@@ -144,19 +146,26 @@ def _shown(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return loc
 
 
-def _format_errors(path: Path, text: str, err: ValidationError) -> str:
+def _format_errors(path: Path, text: str, err: ValidationError, overrides: Sequence[Override] = ()) -> str:
+    """One line per error, each led by where to fix it: the file's line, or the ``--set`` that
+    put the wrong value there."""
     lines = [f"{path}: invalid job spec"]
     for e in err.errors():
         loc = tuple(e["loc"])
         where = ".".join(str(p) for p in _shown(loc)) or "(top level)"
-        line = _line_of(text, _walk(loc)[0])
-        lines.append(f"  {path}:{line or '?'}: {where}: {_message(e, loc)}")
+        doc_path = _walk(loc)[0]
+        source = blamed(doc_path, overrides)
+        origin = source.flag if source else f"{path}:{_line_of(text, doc_path) or '?'}"
+        lines.append(f"  {origin}: {where}: {_message(e, loc)}")
     return "\n".join(lines)
 
 
-def load_job(path: str | Path) -> JobSpec:
-    """Read a YAML or JSON job file; errors name the file, line and field."""
+def load_job(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
+    """Read a YAML or JSON job file; errors name the file, line and field. ``overrides`` are
+    ``SECTION.FIELD=VALUE`` texts (``--set``) applied to the file's data before it is validated
+    (``arft.config.overrides``); an error in one names that ``--set``."""
     path = Path(path)
+    changes = [parse_override(o) for o in overrides]
     if not path.exists():
         raise JobError(f"{path}: job file not found (pass the path of a YAML or JSON job spec)")
     try:
@@ -174,7 +183,7 @@ def load_job(path: str | Path) -> JobSpec:
     if not isinstance(data, dict):
         raise JobError(f"{path}: a job spec must be a mapping at the top level")
     try:
-        job = JobSpec.model_validate(data)
+        job = JobSpec.model_validate(apply_overrides(data, changes))
     except ValidationError as e:
-        raise JobError(_format_errors(path, text, e)) from None
+        raise JobError(_format_errors(path, text, e, changes)) from None
     return job.model_copy(update={"base_dir": path.resolve().parent})

@@ -56,6 +56,14 @@ class RolloutSpec(Spec):
     the arguments are JSON valid against its schema, then the call closes; text outside calls
     stays free. ``auto`` (default): on when the engine supports it (transformers). A tool with
     ``"strict": true`` is constrained even when this is false, as in the hosted API."""
+    schema_keywords: Literal["strict", "lenient"] | Auto = "auto"
+    """A tool schema keyword constrained calls cannot enforce (a benchmark's ``optional``,
+    ``not``, ``uniqueItems``...): ``strict`` stops the run with an error naming the tool and the
+    keyword; ``lenient`` leaves it out of the call grammar, with one warning per tool naming it
+    (the model still sees the schema as written). ``auto`` (default): lenient for the schemas
+    dataset rows bring (their ``tools``: imported data you did not write), strict for the job's
+    own tools. A ``format`` with no grammar (``int32``...) is left out with a warning in every
+    mode; the enforced ones are in docs/constrained_tool_calls.md."""
     tool_output_max_chars: int = 4000
     """Characters of one tool output the model sees; a longer output is cut."""
     workspace: str | None = None

@@ -34,6 +34,12 @@ class EndpointToolSpec(Spec):
     """Seconds one call may take before it counts as a timeout (and is retried)."""
     max_retries: int = 3
     """Retries after a 5xx, a timeout or a garbage answer before the rollout is infra-failed."""
+    serves: str | None = None
+    """A pattern (``"*"``: all; shell-style globs such as ``"weather_*"``) of the tools a dataset
+    row brings in its ``tools`` that the job does not declare by name: this one endpoint answers
+    them all. The row's schema is what the model sees and what constrained calls enforce; the
+    request body's ``name`` is the tool the model called; ``name`` above only labels the entry in
+    errors (default: serve only ``name``). See docs/tools.md, "Rows that bring their own tools"."""
 
 
 class PythonToolSpec(Spec):
@@ -55,6 +61,12 @@ class PythonToolSpec(Spec):
     must require every parameter without a default."""
     timeout_s: float = 30.0
     """Seconds one call may run; a call past it is an error the model sees."""
+    serves: str | None = None
+    """A pattern (``"*"``: all; shell-style globs such as ``"weather_*"``) of the tools a dataset
+    row brings in its ``tools`` that the job does not declare by name: this one function answers
+    them all, told the name it was called as (a ``tool_name`` parameter, or ``ctx.tool_name``).
+    The row's schema is what the model sees and what constrained calls enforce (``parameters``
+    does not apply). Default: the function is one tool (see docs/tools.md)."""
 
 
 class ShellToolSpec(Spec):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from arft.errors import ArftError
 from arft.records import FunctionCall, Message, Task, ToolCall
@@ -286,11 +286,13 @@ def normalise_tool_schema(raw: object, where: str = "tool") -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def check_task_tools(tasks: Iterable[Task], available: set[str] | None, path: str | Path) -> None:
+def check_task_tools(tasks: Iterable[Task], available: Collection[str] | None, path: str | Path) -> None:
     """Check that every tool a task names (in ``tools`` or ``tool_choice``) is one the job provides.
 
-    ``available`` is the set of tool names the job's tools expose, or ``None`` when they are not
-    known before the tools start (an MCP server): then there is nothing to check against yet.
+    ``available`` holds the tool names the job's tools expose (``name in available``; a toolbox's
+    ``lookup`` also holds every name a ``serves`` entry answers, its iteration the declared
+    ones), or is ``None`` when they are not known before the tools start (an MCP server): then
+    there is nothing to check against yet.
     Raises ``DatasetError`` naming each offending task and tool and listing the available tools.
     """
     if available is None:
@@ -302,7 +304,8 @@ def check_task_tools(tasks: Iterable[Task], available: set[str] | None, path: st
             if name not in available:
                 errors.append(f"{path}: task {task.id!r} names tool {name!r}, which the job "
                               f"does not provide (available: {have}); add it to "
-                              "method.reinforcement.tools or remove it from the row")
+                              "method.reinforcement.tools (one entry with serves: \"*\" "
+                              "answers every tool rows bring) or remove it from the row")
     if errors:
         raise DatasetError(_summarise(Path(path), errors))
 

@@ -6,11 +6,8 @@ turns of one session: the longest conversation is kept as the demonstration), dr
 demonstration calls a tool the job lacks, drop near-duplicate prompts, split by a hash of the
 row id, write ``train.jsonl``, ``validation.jsonl``, ``demos.jsonl`` and ``import_report.json``.
 
-Near-duplicates are found with the *sorted-neighbourhood* method, which scales to 100k rows
-without comparing every pair: the normalised prompt texts are sorted and each is compared
-(rapidfuzz ``fuzz.ratio``) with its next ``NEIGHBOURS`` texts in that order; then the same is done
-on the reversed strings. It finds near-duplicates that share a start or an end (typically the
-same request with a changed word or number); two prompts that differ at both ends can be missed.
+Near-duplicates are judged on what varies between requests, not on the text they share
+(``arft.data.near_dup``); every dropped row is listed in the report beside the row it matched.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
@@ -29,14 +26,33 @@ from arft.config import JobSpec, McpToolSpec, PythonToolSpec
 from arft.data.checks import NEAR_DUPLICATE_RATIO
 from arft.data.redact import build_redactor
 from arft.data.dataset import TrafficImportError
+from arft.data.near_dup import (NEAR_DUP_METHOD, find_near_duplicates, near_duplicates, user_text,
+                                varying_texts)
 from arft.data.traffic import TrafficRecord, canonical, parse_item_paths, read_traffic
 
-NEIGHBOURS = 8
-"""How many following texts (in sorted order) each prompt is compared with, per pass."""
-NEAR_DUP_METHOD = (f"sorted neighbourhood: fuzz.ratio against the next {NEIGHBOURS} prompts in "
-                   "sorted order, then the same on the reversed prompts")
+__all__ = ["ImportReport", "NearDuplicatePair", "TrafficImportError", "import_traffic", "job_tool_names",
+           "near_duplicates", "split_hash"]
+
 MAX_ERRORS = 100
+MAX_PAIRS = 1000
+"""Near-duplicate pairs listed in the report (the count covers them all)."""
+PAIR_TEXT_CHARS = 300
 OUTPUT_FILES = ("train.jsonl", "validation.jsonl", "demos.jsonl", "import_report.json")
+
+
+class NearDuplicatePair(BaseModel):
+    """A row dropped as a near-duplicate and the row kept in its place, for a person to check."""
+
+    dropped: str
+    """The dropped row's id (it is in no output file)."""
+    kept: str
+    ratio: float
+    """rapidfuzz ``fuzz.ratio`` of the two compared texts (0-100)."""
+    dropped_text: str
+    """The dropped request's user turns (lower-cased, the first ``PAIR_TEXT_CHARS`` characters)."""
+    kept_text: str
+    compared: tuple[str, str]
+    """What was compared: the two requests without the words most requests share."""
 
 
 class ImportReport(BaseModel):
@@ -56,6 +72,8 @@ class ImportReport(BaseModel):
     near_duplicates_removed: int
     near_duplicate_ratio: float
     near_duplicate_method: str = NEAR_DUP_METHOD
+    near_duplicate_pairs: list[NearDuplicatePair] = []
+    """Each dropped near-duplicate with the row it matched (the first ``MAX_PAIRS``)."""
     rows_dropped_unknown_tools: int = 0
     dropped_unknown_tools: dict[str, int] = {}
     """Demonstrations calling a tool the job lacks, by tool name (rows dropped)."""
@@ -138,10 +156,7 @@ def import_traffic(logs: Path, out: Path, *, job: JobSpec | None = None,
                           validation=0, demos=0)
     if job is not None:
         rows = _filter_tools(rows, job, report)
-    texts = [prompt_text(r.record.prompt) for r in rows]
-    drop = near_duplicates(texts, near_dup)
-    rows = [r for i, r in enumerate(rows) if i not in drop]
-    report.near_duplicates_removed = len(drop)
+    rows = _drop_near_duplicates(rows, near_dup, report)
     report.notes += assign_splits(rows, val_fraction)
     report.redactions = redactor.count if redactor is not None else 0
     _write(out, rows, report)
@@ -149,6 +164,20 @@ def import_traffic(logs: Path, out: Path, *, job: JobSpec | None = None,
     (out / "import_report.json").write_text(report.model_dump_json(indent=2) + "\n",
                                             encoding="utf-8")
     return report
+
+
+def _drop_near_duplicates(rows: list[_Row], ratio: float, report: ImportReport) -> list[_Row]:
+    """``rows`` without near-duplicates of earlier rows; each dropped one listed in ``report``."""
+    texts = [user_text(r.record.prompt) for r in rows]
+    compared = varying_texts(texts)
+    drop = find_near_duplicates(compared, ratio)
+    report.near_duplicates_removed = len(drop)
+    report.near_duplicate_pairs = [
+        NearDuplicatePair(dropped=rows[i].id, kept=rows[m.kept].id, ratio=round(m.ratio, 1),
+                          dropped_text=texts[i][:PAIR_TEXT_CHARS], kept_text=texts[m.kept][:PAIR_TEXT_CHARS],
+                          compared=(compared[i][:PAIR_TEXT_CHARS], compared[m.kept][:PAIR_TEXT_CHARS]))
+        for i, m in sorted(drop.items())[:MAX_PAIRS]]
+    return [r for i, r in enumerate(rows) if i not in drop]
 
 
 def _check_options(out: Path, near_dup: float, val_fraction: float, force: bool) -> None:
@@ -253,40 +282,6 @@ def _forced_tool(choice: str | dict[str, object] | None) -> str | None:
     if isinstance(choice, str) and choice not in ("auto", "none", "required"):
         return choice
     return None
-
-
-def prompt_text(prompt: list[dict[str, object]]) -> str:
-    """What near-duplicates are compared on: the non-system (not system, not developer)
-    message contents, joined, lower-cased, whitespace collapsed."""
-    # a prompt's non-system contents are text (read_traffic checked them)
-    text = " ".join(cast(str, m.get("content") or "") for m in prompt
-                    if m["role"] not in ("system", "developer"))
-    return " ".join(text.lower().split())
-
-
-def near_duplicates(texts: Sequence[str], ratio: float, window: int = NEIGHBOURS) -> set[int]:
-    """Indices of ``texts`` that are near-duplicates (``fuzz.ratio >= ratio``) of an earlier
-    kept text, by the sorted-neighbourhood method (module docstring); empty texts are never
-    compared, ``ratio >= 100`` turns the search off. The first of near-duplicates is kept."""
-    if ratio >= 100:
-        return set()
-    from rapidfuzz import fuzz
-
-    ratio_of = fuzz.ratio
-    earlier: dict[int, list[int]] = {}  # index -> earlier indices it is near
-    live = [i for i, t in enumerate(texts) if t]
-    for keyed in (texts, [t[::-1] for t in texts]):
-        order = sorted(live, key=keyed.__getitem__)
-        for a, i in enumerate(order):
-            text = keyed[i]
-            for j in order[a + 1:a + 1 + window]:
-                if ratio_of(text, keyed[j], score_cutoff=ratio):
-                    earlier.setdefault(max(i, j), []).append(min(i, j))
-    dropped: set[int] = set()
-    for i in sorted(earlier):  # a text near a dropped one only is kept
-        if any(j not in dropped for j in earlier[i]):
-            dropped.add(i)
-    return dropped
 
 
 def split_hash(rid: str) -> float:

@@ -82,6 +82,9 @@ class Generation(Frozen):
     constrained: tuple[bool, ...] = ()
     """Per token: sampled under a grammar mask that excluded at least one token. Empty when the
     request had no grammar."""
+    closed_calls: int = 0
+    """Constrained calls the engine closed by the grammar's shortest completion because
+    ``max_new_tokens`` was about to run out (their forced tokens are ``constrained``, logprob 0)."""
     policy: PolicyStamp | None = None
     """The weights that sampled it (version and content hash); None where the engine cannot say
     (an OpenAI-compatible server, a scripted engine, weights never stamped)."""

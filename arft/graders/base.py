@@ -137,6 +137,18 @@ def validate_spec(model: type[SpecT], spec: BaseModel | dict[str, object]) -> Sp
         raise GraderError("\n".join(lines)) from None
 
 
+async def warm_up_grader(grader: object) -> None:
+    """Start what a grader would otherwise start on its first grade (a python grader's sandbox
+    pool), when it offers ``warm_up``; never raises (a start that fails is retried, and reported,
+    by the grade that needs it)."""
+    method = getattr(grader, "warm_up", None)
+    if callable(method):
+        try:
+            await method()
+        except Exception:  # noqa: BLE001 - an early start is an optimisation, never a failure
+            return
+
+
 async def close_grader(grader: object) -> None:
     """Release what a grader holds (worker pools, HTTP clients) when it offers ``aclose``/``close``."""
     for attr in ("aclose", "close"):

@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 
 from arft.config.graders import MultiSpec
-from arft.graders.base import close_grader, Grader, GraderError, validate_spec
+from arft.graders.base import close_grader, Grader, GraderError, validate_spec, warm_up_grader
 from arft.graders.formula import Formula, FormulaError, parse_formula
 from arft.graders.registry import build_grader
 from arft.records import Score
@@ -37,6 +37,10 @@ class MultiGrader:
         self.name = spec.name
         self.children = children
         self.formula = formula
+
+    async def warm_up(self) -> None:
+        """Start every child's workers now (``warm_up_grader``), concurrently."""
+        await asyncio.gather(*(warm_up_grader(c) for c in self.children.values()))
 
     async def aclose(self) -> None:
         """Close every child that holds resources (python pools, judge connections)."""

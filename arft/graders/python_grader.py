@@ -141,6 +141,11 @@ class PythonGrader:
         """Sandbox layers applied (pool mode, after the first grade)."""
         return self._pool.isolation if self._pool is not None else ()
 
+    async def warm_up(self) -> None:
+        """Start the pool's sandboxed workers now (``WarmPool.start``); nothing in fresh mode."""
+        if self._pool is not None:
+            await self._pool.start()
+
     async def grade(self, sample: dict[str, object], item: dict[str, object]) -> Score:
         if self._pool is not None:
             result = await self._pool.call(sample, item)

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sized
 from pathlib import Path
 
 from arft.errors import ArftError
+from arft.graders.item_reads import item_keys
 from arft.graders.base import build_sample, close_grader, GraderError
 from arft.graders.registry import build_grader, grade_sample
 from arft.graders.templates import _parse_path, PLACEHOLDER, resolve, TemplateError
@@ -256,21 +257,10 @@ def python_problems(spec: object, base_dir: Path) -> list[str]:
 
 
 def _subscript_keys(source: str) -> list[str]:
-    """Constant keys of ``item["key"]`` subscripts in ``def grade(sample, item)`` (the second
-    parameter, whatever its name); nothing when the source does not parse."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, RecursionError, MemoryError):
-        return []
-    grades = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "grade"
-              and len(n.args.args) >= 2]
-    if not grades:
-        return []
-    name = grades[-1].args.args[1].arg
-    return [node.slice.value for node in ast.walk(grades[-1])
-            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-            and node.value.id == name and isinstance(node.slice, ast.Constant)
-            and isinstance(node.slice.value, str)]
+    """Constant keys of ``item["key"]`` subscripts that ``def grade(sample, item)`` reads (the
+    second parameter, whatever its name), followed through the source's own helper functions
+    (``arft.graders.item_reads``); nothing when the source does not parse."""
+    return item_keys(source)
 
 
 def item_reads(spec: object, base_dir: Path) -> list[tuple[str, str]]:

@@ -125,6 +125,9 @@ class EvalSummary(BaseModel):
     """Parse errors over attempted calls (well-formed calls + parse errors); None without attempts."""
     constrained_call_share: float | None = None
     """Share of the model's tool calls written under a tool-call grammar; None without calls."""
+    closed_calls: int = 0
+    """Constrained calls the engine closed by the grammar's shortest completion because the turn's
+    ``max_new_tokens`` was about to run out (``Rollout.closed_calls``)."""
     tokens: TokenStats
     timings: TimingStats
 
@@ -303,6 +306,7 @@ def summarize(rollouts: Sequence[Rollout], *, histogram_cap: int = 10) -> EvalSu
                                 sum(len(x.model_calls) + x.parse_errors for x in behaviour)),
         constrained_call_share=_ratio(sum(x.constrained_calls for x in behaviour),
                                       sum(len(x.model_calls) for x in behaviour)),
+        closed_calls=sum(x.closed_calls for x in behaviour),
         tokens=_token_stats(behaviour),
         timings=_timing_stats(behaviour),
     )
@@ -322,7 +326,7 @@ def flat_metrics(summary: EvalSummary, prefix: str) -> dict[str, float]:
         "critical_path_s_p95": summary.tool_calls.critical_path_p95_s,
         "parse_errors": summary.parse_errors_total,
         "parse_error_rate": summary.parse_error_rate,
-        "constrained_call_share": summary.constrained_call_share,
+        "constrained_call_share": summary.constrained_call_share, "closed_calls": summary.closed_calls,
         "tokens_mean": summary.tokens.mean_tokens, "sampled_tokens_mean": summary.tokens.mean_sampled_tokens,
         "tokens_per_tool_call": summary.tokens.sampled_tokens_per_tool_call,
         "time_generate_s": summary.timings.generate_s, "time_tools_s": summary.timings.tools_s,

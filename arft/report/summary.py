@@ -90,7 +90,8 @@ def _behaviour_table(s: EvalSummary) -> Table:
                          f"{_fmt(s.parse_errors_per_rollout, '.2f')} per rollout, "
                          f"{percent(s.parse_error_rate)} of attempted calls"),
         ("constrained calls", f"{percent(s.constrained_call_share)} of tool calls written under the "
-                              "tool-call grammar"),
+                              f"tool-call grammar, {s.closed_calls} closed before the turn's token "
+                              "limit"),
         ("tokens", f"mean {_fmt(k.mean_tokens, '.0f')} total, "
                    f"{_fmt(k.mean_sampled_tokens, '.0f')} sampled "
                    f"({k.n_with_tokens} rollouts with tokens)"),

@@ -79,12 +79,17 @@ class TokenConversation:
     constrain: bool = False
     """Hold every tool call to its tool's schema (``rollout.constrained_tool_calls``); without
     it only ``"strict": true`` tools are held to theirs. Ignored by engines without support."""
+    schema_keywords: str = "strict"
+    """``strict`` | ``lenient``: a schema keyword the grammar cannot enforce is an error, or is
+    left out of the grammar with a warning (``rollout.schema_keywords``, resolved per task)."""
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     constrained_mask: list[int] = field(default_factory=list)
     constrained_calls: int = 0
     """Tool calls parsed from turns sampled under the grammar."""
+    closed_calls: int = 0
+    """Calls the engine closed for the budget (``Generation.closed_calls``)."""
     prompt_len: int = 0
     policy: PolicyStamp | None = None
     """The stamp of the weights that sampled the latest turn (the rollout's ``policy``)."""
@@ -99,7 +104,7 @@ class TokenConversation:
         """Render the prompt (and a forced prefill, for ``required`` / a named tool)."""
         self._choice, self._later_choice = _first_turn_choice(self.tool_choice)
         if self.tool_choice != "none" and supports_constraints(self.engine):
-            self._grammar = self.fmt.tool_grammar(tools, self.constrain)
+            self._grammar = self.fmt.tool_grammar(tools, self.constrain, self.schema_keywords)
         rendered = self.fmt.render_prompt(messages, tools, self._choice)
         self._append(rendered.ids, sampled=False)
         self._prefill = rendered.prefill
@@ -115,7 +120,8 @@ class TokenConversation:
         return dict(token_ids=tuple(self.token_ids), loss_mask=tuple(self.loss_mask),
                     logprobs=tuple(self.logprobs), prompt_len=self.prompt_len,
                     constrained_mask=tuple(self.constrained_mask) if any(self.constrained_mask) else (),
-                    constrained_calls=self.constrained_calls, policy=self.policy)
+                    constrained_calls=self.constrained_calls, closed_calls=self.closed_calls,
+                    policy=self.policy)
 
     def _append(self, ids: Sequence[int], sampled: bool, logprobs: Sequence[float] = (),
                 constrained: Sequence[bool] = ()) -> None:
@@ -139,6 +145,7 @@ class TokenConversation:
         self.policy = gen.policy
         self._append(gen.token_ids, sampled=True, logprobs=gen.logprobs, constrained=gen.constrained)
         self._ended_with_eos = gen.finish_reason == "eos"
+        self.closed_calls += gen.closed_calls
         parsed = self.fmt.parse(self._prefill, gen.text, self._choice)
         if self._grammar is not None:
             self.constrained_calls += len(parsed.tool_calls)

@@ -6,13 +6,14 @@ import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence
 
 from arft.config import JobSpec, auto
 from arft.engines.base import ChatEngine, SamplingParams, supports_constraints, TakesGrammar, TokenEngine
 from arft.seeds import sample_seed
 from arft.graders.registry import grade_rollout
 from arft.graders.templates import render_template, TemplateError
+from arft.chat.constraints import SchemaKeywords
 from arft.chat.formats import ChatFormat
 from arft.records import new_trace_id, Rollout, Task
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
@@ -52,10 +53,12 @@ def constrained_tool_calls(option: bool | str, engine: object) -> bool:
 
 
 def check_tool_grammar(engine: TokenEngine | ChatEngine, chat_format: ChatFormat,
-                       schemas: Sequence[dict[str, object]], constrain: bool) -> None:
+                       schemas: Sequence[dict[str, object]], constrain: bool,
+                       keywords: SchemaKeywords = "strict") -> None:
     """Compile the job's tool-call grammar now, so a schema the constraint cannot enforce stops the
-    run before any rollout (``ConstraintError`` naming the tool and the schema keyword)."""
-    grammar = chat_format.tool_grammar(schemas, constrain)
+    run before any rollout (``ConstraintError`` naming the tool and the schema keyword; with
+    ``keywords="lenient"``, the one warning per tool comes now)."""
+    grammar = chat_format.tool_grammar(schemas, constrain, keywords)
     if grammar is not None and isinstance(engine, TakesGrammar):
         engine.check_grammar(grammar)
 
@@ -90,6 +93,8 @@ class RolloutRunner:
     concurrency: int = 32
     constrain: bool = False
     """Constrained tool calls for every tool (``rollout.constrained_tool_calls`` resolved)."""
+    schema_keywords: SchemaKeywords | Literal["auto"] = "auto"
+    """``rollout.schema_keywords``; ``keywords_for`` resolves it per task."""
     driver: RolloutDriver | None = None
     """The job's agent program (``agent: python | command``); None: arft's own loop."""
 
@@ -103,7 +108,8 @@ class RolloutRunner:
             chat_format = ChatFormat(engine.tokenizer, worked_example=job.rollout.worked_example)
         constrain = constrained_tool_calls(job.rollout.constrained_tool_calls, engine)
         if chat_format is not None and supports_constraints(engine):
-            check_tool_grammar(engine, chat_format, [t.schema for t in toolbox.tools.values()], constrain)
+            check_tool_grammar(engine, chat_format, [t.schema for t in toolbox.tools.values()], constrain,
+                               "lenient" if job.rollout.schema_keywords == "lenient" else "strict")
         pattern = job.rollout.workspace
         if pattern is not None and "{{" not in pattern:
             workspace_template(pattern, job.base_dir, None)  # a fixed folder: check it now
@@ -114,7 +120,14 @@ class RolloutRunner:
             max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice,
             workspace_root=workspace_root,
             workspace=pattern, base_dir=job.base_dir, concurrency=job.rollout.concurrency,
-            constrain=constrain)
+            constrain=constrain, schema_keywords=job.rollout.schema_keywords)
+
+    def keywords_for(self, task: Task) -> SchemaKeywords:
+        """``schema_keywords`` for ``task``'s schemas: ``auto`` is lenient for a row's own
+        ``tools`` (data the user did not write) and strict for the job's tools."""
+        if self.schema_keywords != "auto":
+            return self.schema_keywords
+        return "lenient" if task.tools is not None else "strict"
 
     def conversation(self, task: Task, seed: int | None = None) -> Conversation:
         choice = task.tool_choice if task.tool_choice is not None else self.tool_choice
@@ -123,7 +136,8 @@ class RolloutRunner:
             params = params.model_copy(update={"parallel_tool_calls": task.parallel_tool_calls})
         if isinstance(self.engine, TokenEngine):
             return TokenConversation(self.engine, self.chat_format, params, self.max_tokens, choice,
-                                     seed=seed, constrain=self.constrain)
+                                     seed=seed, constrain=self.constrain,
+                                     schema_keywords=self.keywords_for(task))
         return ChatConversation(self.engine, params, self.max_tokens, choice, seed=seed)
 
     async def run_one(self, task: Task, sample_index: int, *, run_id: str = "", step: int | None = None,
@@ -138,7 +152,7 @@ class RolloutRunner:
                 rollout = await self.driver.rollout(task, trace_id=trace_id, run_id=run_id,
                                                     sample_index=sample_index, step=step, seed=seed)
             else:
-                rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.tools, self.limits,
+                rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.lookup, self.limits,
                                             trace_id=trace_id, run_id=run_id,
                                             sample_index=sample_index, workspace=workspace, step=step)
             if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
@@ -171,8 +185,9 @@ class RolloutRunner:
         same seed reproduces the same rollouts whatever else runs concurrently.
         """
         if self.chat_format is not None and supports_constraints(self.engine) and self.driver is None:
-            for schemas in {json.dumps(t.tools, sort_keys=True): t.tools for t in tasks if t.tools}.values():
-                check_tool_grammar(self.engine, self.chat_format, schemas, self.constrain)
+            for task in {json.dumps(t.tools, sort_keys=True): t for t in tasks if t.tools}.values():
+                check_tool_grammar(self.engine, self.chat_format, task.tools or (), self.constrain,
+                                   self.keywords_for(task))
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(i: int, task: Task, k: int) -> Rollout:

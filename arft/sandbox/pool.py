@@ -128,6 +128,27 @@ class WarmPool:
         assert self._idle is not None
         return self._idle
 
+    async def start(self) -> None:
+        """Start every zygote now, concurrently, instead of on the first calls: a run calls it
+        when it opens (``arft.graders.base.warm_up_grader``), so its first batch of grades does
+        not wait for ``size`` sandboxes to start (~0.2-0.5 s, most of an eval's grading time).
+        A zygote that fails to start is left for the next call to retry (and report)."""
+        if self._closed:
+            raise RuntimeError("this WarmPool is closed; make a new one")
+        idle = self._queue()
+
+        async def one() -> None:
+            zygote = await idle.get()  # held out of the queue while it starts: no call meets it half-up
+            try:
+                if not zygote.alive:
+                    await zygote.start()
+            except ZygoteStartFailed:
+                pass  # the next call on it tries again and returns the reason
+            finally:
+                idle.put_nowait(zygote)
+
+        await asyncio.gather(*(one() for _ in range(self.size)))
+
     async def call(self, *args: Any) -> CallResult:
         """``fn(*args)`` in a fresh fork of a warm zygote; waits for an idle one."""
         if self._closed:

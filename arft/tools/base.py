@@ -26,6 +26,8 @@ class ToolContext:
     workspace: Path | None = None
     """The rollout's own workspace directory (a fresh copy of the job's template), if any."""
     turn: int = 0
+    tool_name: str = ""
+    """The name the model called the tool by: one entry may serve many names (``serves``)."""
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ class EndpointTool:
             raise ToolSetupError(f"endpoint tool '{spec.name}': server_url {spec.server_url!r} is not "
                                  "an http(s) URL; write it like https://host:port/path")
         where = f"endpoint tool '{spec.name}'"
+        if spec.serves and spec.parameters is not None:
+            raise ToolSetupError(f"{where} serves {spec.serves!r}: each served tool's schema is "
+                                 "the row's own; remove 'parameters'")
         self._spec = spec
         self._backoff_s = backoff_s
         self._signing_secret = (resolve(spec.signing_secret, f"{where}: signing_secret")
@@ -63,20 +66,27 @@ class EndpointTool:
     def schema(self) -> dict[str, Any]:
         return function_tool_schema(self._spec.name, self._spec.description or "", self._spec.parameters)
 
+    @property
+    def serves(self) -> str:
+        """The pattern of tool names it answers (``spec.serves``, see ``arft.tools.served``;
+        else just its own name)."""
+        return self._spec.serves or self._spec.name
+
     async def aclose(self) -> None:
         """Close the pooled connections (safe to call twice)."""
         await self._http.aclose()
 
     async def call(self, arguments: str, ctx: ToolContext) -> ToolOutcome:
         """POST the call; retry what is worth retrying; never raises for an endpoint failure."""
+        name = self._called(ctx)
         body = json.dumps({
             "type": "function_call", "id": "fc_" + uuid.uuid4().hex, "call_id": ctx.call_id,
-            "name": self._spec.name, "arguments": arguments, "trace_id": ctx.trace_id,
+            "name": name, "arguments": arguments, "trace_id": ctx.trace_id,
             "item": ctx.item,
         }, default=str).encode()
         if len(body) > MAX_BYTES:
             return ToolOutcome(
-                output=f"Error: arguments too large for tool '{self.name}' ({len(body)} bytes "
+                output=f"Error: arguments too large for tool '{name}' ({len(body)} bytes "
                        f"with the call's context; the limit is 1 MB). Send smaller arguments.",
                 status="tool_error", error=f"request body of {len(body)} bytes exceeds 1 MB")
         url = self._spec.server_url
@@ -89,18 +99,22 @@ class EndpointTool:
         except Rejected as e:
             text = e.body.decode(errors="replace")
             shown = text if len(text) <= ERROR_BODY_CHARS else text[:ERROR_BODY_CHARS] + "..."
-            return ToolOutcome(output=f"Error: HTTP {e.status} from tool '{self.name}': {shown}",
+            return ToolOutcome(output=f"Error: HTTP {e.status} from tool '{name}': {shown}",
                                status="tool_error", error=f"HTTP {e.status}", http_status=e.status)
         except TooLarge as e:
-            return ToolOutcome(output=f"Error: tool output exceeds 1 MB (tool '{self.name}')",
+            return ToolOutcome(output=f"Error: tool output exceeds 1 MB (tool '{name}')",
                                status="tool_error", error=e.reason)
         except Exhausted as e:
             return ToolOutcome(
-                output=f"Error: tool '{self.name}' is unavailable ({e.reason})",
+                output=f"Error: tool '{name}' is unavailable ({e.reason})",
                 status="infra_error", http_status=e.status,
                 error=f"{e} (check that the tool server is up and answers the function_call "
                       "contract)")
         return ToolOutcome(output=answer.value, http_status=answer.status)
+
+    def _called(self, ctx: ToolContext) -> str:
+        """The name the model called: an entry that ``serves`` many gets it from the call."""
+        return ctx.tool_name if self._spec.serves and ctx.tool_name else self._spec.name
 
 
 def _output(call_id: str, answer: dict[str, object]) -> str:

@@ -4,6 +4,10 @@ The job names the function as ``package.module:attr`` or ``path/to/file.py:attr`
 relative to the job file's folder). Sync functions run in a worker thread so a slow tool does
 not stall other rollouts; async functions are awaited. A parameter named ``ctx`` receives the
 call's ``ToolContext`` (trace_id, item, workspace) and is not shown to the model.
+
+With ``serves`` the function answers many tools (the ones dataset rows bring, see
+``arft.tools.served``): a parameter named ``tool_name`` then receives the name the model called
+(also ``ctx.tool_name``), and the model's arguments bind to the rest (``**arguments`` takes any).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ log = logging.getLogger(__name__)
 
 CTX_PARAM = "ctx"
 """The parameter name that receives the ToolContext instead of a model-supplied argument."""
+TOOL_NAME_PARAM = "tool_name"
+"""The parameter name that receives the called tool's name, for a function that ``serves``."""
 
 
 class PythonTool:
@@ -44,13 +50,18 @@ class PythonTool:
         self._fn = fn if fn is not None else load_function(spec.function, base_dir)
         self._signature = inspect.signature(self._fn)
         self._wants_ctx = CTX_PARAM in self._signature.parameters
-        # The model's arguments bind against the signature without ``ctx``: a model that sends
-        # a "ctx" key gets an unknown-parameter error rather than overriding the context.
+        own = (CTX_PARAM, TOOL_NAME_PARAM) if spec.serves else (CTX_PARAM,)
+        self._wants_name = bool(spec.serves) and TOOL_NAME_PARAM in self._signature.parameters
+        # The model's arguments bind against the signature without ``ctx`` (and ``tool_name``):
+        # a model that sends that key gets an unknown-parameter error rather than overriding it.
         self._model_signature = self._signature.replace(parameters=[
-            p for p in self._signature.parameters.values() if p.name != CTX_PARAM])
+            p for p in self._signature.parameters.values() if p.name not in own])
         self._name = spec.name or str(getattr(self._fn, "__name__", type(self._fn).__name__))
+        if spec.serves and spec.parameters is not None:
+            raise ToolSetupError(f"python tool '{self._name}' serves {spec.serves!r}: each served "
+                                 "tool's schema is the row's own; remove 'parameters'")
         self._schema = function_schema(self._fn, name=self._name, description=spec.description,
-                                       skip=(CTX_PARAM,))
+                                       skip=own)
         if spec.parameters is not None:
             self._schema["function"]["parameters"] = self._checked_parameters(spec.parameters)
         self._is_async = _is_async(self._fn)
@@ -72,26 +83,34 @@ class PythonTool:
     def schema(self) -> dict[str, Any]:
         return self._schema
 
+    @property
+    def serves(self) -> str:
+        """The pattern of tool names it answers (``spec.serves``; else just its own name)."""
+        return self._spec.serves or self._name
+
     async def aclose(self) -> None:
         """Nothing to release: the function lives in this process."""
 
     async def call(self, arguments: str, ctx: ToolContext) -> ToolOutcome:
         """Run the function with the model's JSON arguments; never raises for a tool failure."""
-        bound = self._bind(arguments)
+        name = ctx.tool_name if self._spec.serves and ctx.tool_name else self._name
+        bound = self._bind(arguments, name)
         if isinstance(bound, ToolOutcome):
             return bound
         args, kwargs = bound
         if self._wants_ctx:
             kwargs[CTX_PARAM] = ctx
+        if self._wants_name:
+            kwargs[TOOL_NAME_PARAM] = name
         timeout = self._spec.timeout_s
         try:
             result = await asyncio.wait_for(self._run(args, kwargs), timeout=timeout)
         except asyncio.TimeoutError:
             # A sync function keeps running in its thread: Python cannot kill a thread.
-            return _error(f"Error: tool '{self._name}' timed out after {timeout:g}s",
+            return _error(f"Error: tool '{name}' timed out after {timeout:g}s",
                           f"timed out after {timeout:g}s")
         except Exception as e:  # the function's own failure: the model sees it and may retry
-            log.debug("python tool %s raised", self._name, exc_info=True)
+            log.debug("python tool %s raised", name, exc_info=True)
             return _error(f"Error: {type(e).__name__}: {e}", f"{type(e).__name__}: {e}")
         return ToolOutcome(output=_as_text(result))
 
@@ -104,21 +123,22 @@ class PythonTool:
             result = await result
         return result
 
-    def _bind(self, arguments: str) -> tuple[tuple[Any, ...], dict[str, Any]] | ToolOutcome:
-        """Parse and bind the model's arguments, or a tool_error the model can act on."""
+    def _bind(self, arguments: str, name: str) -> tuple[tuple[Any, ...], dict[str, Any]] | ToolOutcome:
+        """Parse and bind the model's arguments (to tool ``name``), or a tool_error the model
+        can act on."""
         try:
             parsed = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as e:
-            return _error(f"Error: the arguments of '{self._name}' are not valid JSON ({e}). "
+            return _error(f"Error: the arguments of '{name}' are not valid JSON ({e}). "
                           f"Expected an object with: {self._expected()}", f"bad JSON: {e}")
         if not isinstance(parsed, dict):
-            return _error(f"Error: the arguments of '{self._name}' must be a JSON object, got "
+            return _error(f"Error: the arguments of '{name}' must be a JSON object, got "
                           f"{type(parsed).__name__}. Expected: {self._expected()}",
                           "arguments are not a JSON object")
         try:
             bound = self._model_signature.bind(**parsed)
         except TypeError as e:
-            return _error(f"Error: bad arguments for '{self._name}': {e}. "
+            return _error(f"Error: bad arguments for '{name}': {e}. "
                           f"Expected parameters: {self._expected()}", f"bad arguments: {e}")
         return bound.args, dict(bound.kwargs)
 
@@ -148,6 +168,8 @@ class PythonTool:
 
     def _expected(self) -> str:
         """The parameters the model may pass, e.g. ``city (str, required), units (default 'c')``."""
+        if self._spec.serves:  # one handler, many tools: what each takes is in the row's schema
+            return "the parameters of the tool's schema"
         parts = []
         for p in self._model_signature.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):

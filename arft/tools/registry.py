@@ -1,4 +1,7 @@
-"""Turn the job's tool specs into live tools, and close them all at the end."""
+"""Turn the job's tool specs into live tools, and close them all at the end.
+
+An entry with ``serves`` (a python or endpoint tool) is a server for the tools dataset rows
+bring (``arft.tools.served``); ``Toolbox.lookup`` finds declared and served tools alike."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from arft.tools.base import Tool, ToolSetupError
 from arft.tools.endpoint import EndpointTool
 from arft.tools.mcp import open_mcp_server
 from arft.tools.python_fn import PythonTool
+from arft.tools.served import ToolMap, ToolServer
 from arft.tools.shell import ShellTool
 
 
@@ -21,7 +25,17 @@ class Toolbox:
     tools: dict[str, Tool] = field(default_factory=dict)
     needs_workspace: bool = False
     """True when a tool runs inside the rollout's workspace (shell tools)."""
+    servers: list[ToolServer] = field(default_factory=list)
+    """Entries with ``serves``: they answer the undeclared tools rows bring, in this order."""
     _closers: list[Any] = field(default_factory=list)
+    _lookup: ToolMap | None = None
+
+    @property
+    def lookup(self) -> ToolMap:
+        """Every tool a call may name: the declared ones, then the servers' (see ``ToolMap``)."""
+        if self._lookup is None:
+            self._lookup = ToolMap(self.tools, self.servers)
+        return self._lookup
 
     def add(self, tool: Tool) -> None:
         if tool.name in self.tools:
@@ -31,6 +45,8 @@ class Toolbox:
     async def aclose(self) -> None:
         for tool in self.tools.values():
             await tool.aclose()
+        for server in self.servers:
+            await server.aclose()
         for closer in self._closers:
             await closer.aclose()
 
@@ -49,9 +65,9 @@ async def open_toolbox(specs: Sequence[object], base_dir: Path) -> Toolbox:
 
 async def _add_spec(box: Toolbox, spec: object, base_dir: Path) -> None:
     if isinstance(spec, EndpointToolSpec):
-        box.add(EndpointTool(spec))
+        _add_entry(box, EndpointTool(spec), spec.serves)
     elif isinstance(spec, PythonToolSpec):
-        box.add(PythonTool(spec, base_dir))
+        _add_entry(box, PythonTool(spec, base_dir), spec.serves)
     elif isinstance(spec, ShellToolSpec):
         box.add(ShellTool(spec))
         box.needs_workspace = True
@@ -62,3 +78,11 @@ async def _add_spec(box: Toolbox, spec: object, base_dir: Path) -> None:
             box.add(tool)
     else:  # the config's discriminated union makes this a programming error
         raise ToolSetupError(f"unsupported tool spec {spec!r}")
+
+
+def _add_entry(box: Toolbox, tool: EndpointTool | PythonTool, serves: str | None) -> None:
+    """A tool under its own name, or (``serves``) a server of the names rows bring."""
+    if serves:
+        box.servers.append(tool)
+    else:
+        box.add(tool)

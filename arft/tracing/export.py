@@ -5,6 +5,12 @@ call with its output, latency and error, the full grade, timings, the dataset it
 ``trace_id`` so it can be joined with the logs of the user's own tool endpoints. Token ids,
 masks and logprobs are left out: they are training data, large, and unreadable to people;
 they stay in the store.
+
+Each line also says where the rollout belongs, so a training run's evaluations need no parsing
+of ``run_id``: ``step`` (the step it trained, or whose policy it evaluated: 0 = the baseline),
+``split`` (``train`` for the rollouts a training run learned from; an evaluation's split,
+``validation`` or ``train``, as its run recorded it; ``eval`` for an evaluation recorded before
+runs kept their split) and ``sample`` (its index among the samples of its task).
 """
 
 from __future__ import annotations
@@ -16,11 +22,26 @@ from arft.records import Rollout
 from arft.tracing.store import RunStore
 
 
-def rollout_to_export(rollout: Rollout) -> dict[str, Any]:
-    """The export object of one rollout (what ``export_rollouts`` writes on one line)."""
+def run_splits(store: RunStore) -> dict[str, str]:
+    """The split of each run's rollouts, by run id: a training run's are ``train``; an
+    evaluation's, the split its run recorded (``eval`` where it recorded none); other kinds', the
+    kind (``sft``)."""
+    splits = {}
+    for run in store.runs():
+        recorded = run["job"].get("split") if run["kind"] == "eval" else None
+        splits[run["run_id"]] = recorded if isinstance(recorded, str) else run["kind"]
+    return splits
+
+
+def rollout_to_export(rollout: Rollout, split: str | None = None) -> dict[str, Any]:
+    """The export object of one rollout (what ``export_rollouts`` writes on one line); ``split``:
+    its run's (``run_splits``), None for a rollout stored without a run."""
     return {
         "trace_id": rollout.trace_id,
         "run_id": rollout.run_id,
+        "step": rollout.step,
+        "split": split,
+        "sample": rollout.sample_index,
         "task_id": rollout.task_id,
         "sample_index": rollout.sample_index,
         "status": rollout.status,
@@ -46,8 +67,9 @@ def export_rollouts(store: RunStore, out: TextIO, run_id: str | None = None) -> 
 
     Returns the number of lines written.
     """
-    count = 0
+    count, splits = 0, run_splits(store)
     for rollout in store.rollouts(run_id):
-        out.write(json.dumps(rollout_to_export(rollout), ensure_ascii=False) + "\n")
+        line = rollout_to_export(rollout, splits.get(rollout.run_id))
+        out.write(json.dumps(line, ensure_ascii=False) + "\n")
         count += 1
     return count

@@ -4,6 +4,7 @@ A run directory (``arft train`` / ``arft eval`` / ``arft doctor`` output) holds:
 
     arft.sqlite        the run store (runs, rollouts, tool calls, grades, metrics)
     job_path.txt       the job file a training run started from (``arft train --resume``)
+    job_overrides.json the ``--set`` overrides it started with (``--resume`` applies them again)
     summary.json       an evaluation's summary (``arft eval``)
     metrics.jsonl      one line of metrics per training step and evaluation
     checkpoints/       step-NNNNNN/ folders and the ``latest`` pointer (``arft train``)
@@ -92,6 +93,12 @@ class RunDir:
     def job_path(self) -> Path:
         """The absolute path of the job file ``arft train`` ran (what ``--resume`` reloads)."""
         return self.path / "job_path.txt"
+
+    @property
+    def job_overrides(self) -> Path:
+        """The ``--set SECTION.FIELD=VALUE`` texts the run started with (a JSON list), so a
+        resumed run reloads the same job."""
+        return self.path / "job_overrides.json"
 
     @property
     def summary(self) -> Path:

@@ -100,12 +100,18 @@ def test_eval_openai_engine_endpoint_tools_and_cli(tmp_path: Path) -> None:
         job = write_job(tmp_path, [{"name": "lookup", "server_url": f"{tools_url}/lookup",
                                     "headers": {"Authorization": "Bearer t0k"}}],
                         engine={"type": "openai", "base_url": f"{model_url}/v1", "served_model": "m"})
-        out = CliRunner().invoke(cli, ["eval", str(job), "--samples", "2", "--out", str(tmp_path / "run")])
+        out = CliRunner().invoke(cli, ["eval", str(job), "--samples", "2", "--out", str(tmp_path / "run"),
+                                       "--set", "seed=11", "--set", "sampling.temperature=0.3"])
         assert out.exit_code == 0, out.output
         exported = CliRunner().invoke(cli, ["export", str(tmp_path / "run")])
     assert exported.exit_code == 0, exported.output
+    with RunStore(tmp_path / "run" / "arft.sqlite") as store:  # the --set overrides are the job the run ran
+        (run,) = store.runs()
+    assert run["job"]["seed"] == 11 and run["job"]["sampling"]["temperature"] == 0.3  # type: ignore[index]
     rows = [json.loads(line) for line in exported.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 6 and all(r["reward"] == 1.0 for r in rows)
+    assert {(r["split"], r["step"]) for r in rows} == {("validation", None)}  # arft eval: its split, no step
+    assert sorted(r["sample"] for r in rows) == [0, 0, 0, 1, 1, 1]
     assert len(tool_bodies) == 6 and all(b["auth"] == "Bearer t0k" for b in tool_bodies)
     by_trace = {b["body"]["trace_id"] for b in tool_bodies}
     assert by_trace == {r["trace_id"] for r in rows}  # one call per rollout, trace ids match the store

@@ -3,6 +3,7 @@ model loads in plain transformers."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from arft.config import load_job
 from arft.trainer.merge import merge_run
 from arft.app.train import train
 from arft.trainer.learner import wrap_policy
+from arft.tracing.export import export_rollouts
 from tests.training import LengthGrader, write_datasets
 
 
@@ -104,8 +106,13 @@ async def test_eval_tasks_limit_evals_and_metrics_reach_mlflow(tmp_path: Path, t
 
     with RunStore(tmp_path / "run" / "arft.sqlite") as store:  # every rollout knows its step
         steps = sorted((r.run_id, r.step) for r in store.rollouts())
+        exported = io.StringIO()
+        export_rollouts(store, exported)
     # batch 2 x group 3 train rollouts at step 1; 2 eval rollouts at steps 0 and 1
     assert steps == [("train", 1)] * 6 + [("train:eval-000000", 0)] * 2 + [("train:eval-000001", 1)] * 2
+    rows = [json.loads(line) for line in exported.getvalue().splitlines()]  # arft export says the same
+    assert sorted((r["split"], r["step"], r["sample"]) for r in rows) == sorted(
+        [("train", 1, k) for k in (0, 1, 2)] * 2 + [("validation", s, k) for s in (0, 1) for k in (0, 1)])
     from mlflow.tracking import MlflowClient  # the job asked for MLflow: the metrics are there
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'run' / 'mlflow.db'}")

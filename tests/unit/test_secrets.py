@@ -65,6 +65,7 @@ def test_redact_keeps_references_and_masks_literals() -> None:
     assert out["engine"] == {"api_key_env": "OPENAI_API_KEY", "api_key": MASK}
     assert out["rollout"] == {"max_tokens": 4096}  # a number under a *token* key is no secret
     assert redact({"training": {"micro_batch_tokens": "auto"}}) == {"training": {"micro_batch_tokens": "auto"}}
+    assert redact({"rollout": {"schema_keywords": "lenient"}}) == {"rollout": {"schema_keywords": "lenient"}}
     assert redact({"tests": {"test_token.py": "def test(): ..."}}) == {
         "tests": {"test_token.py": "def test(): ..."}}  # a file path is no secret's name
     assert redact(out) == out  # idempotent

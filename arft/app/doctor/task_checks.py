@@ -95,7 +95,7 @@ async def check_tools(job: JobSpec, data: DoctorData) -> Check:
                 check_split(job, tasks, toolbox, split)  # type: ignore[arg-type]
             except ValueError as e:
                 problems += str(e).splitlines()
-        names = sorted(toolbox.tools)
+        names = sorted(toolbox.tools) + [f"{s.name} serving {s.serves!r}" for s in toolbox.servers]
     finally:
         await toolbox.aclose()
     n_rows = sum(len(t) for t in data.splits().values())

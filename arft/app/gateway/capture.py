@@ -95,6 +95,8 @@ class Capture:
     """A request did not fit ``rollout.max_tokens``: the rollout ends as truncated."""
     constrained_calls: int = 0
     """Tool calls written under a tool-call grammar (as ``Rollout.constrained_calls``)."""
+    closed_calls: int = 0
+    """Calls the engine closed for the budget (as ``Rollout.closed_calls``)."""
     cut: bool = False
     """The last reply was cut by ``max_new_tokens``: an agent that then fails failed on the policy's
     reply, not on its own (the rollout is truncated and graded, as in arft's loop)."""
@@ -133,6 +135,7 @@ class Capture:
         seg.append(gen.token_ids, sampled=True, logprobs=gen.logprobs, constrained=gen.constrained)
         if any(gen.constrained):
             self.constrained_calls += len(reply.tool_calls or ())
+        self.closed_calls += getattr(gen, "closed_calls", 0)
         seg.ended_with_eos = gen.finish_reason == "eos"
         self.cut = gen.finish_reason == "length"
         seg.messages.append(reply)
@@ -151,7 +154,7 @@ class Capture:
         return dict(token_ids=tuple(last.token_ids), loss_mask=tuple(last.loss_mask),
                     logprobs=tuple(last.logprobs), prompt_len=last.prompt_len,
                     constrained_mask=tuple(last.constrained) if any(last.constrained) else (),
-                    constrained_calls=self.constrained_calls,
+                    constrained_calls=self.constrained_calls, closed_calls=self.closed_calls,
                     segments=tuple(s.frozen() for s in self.segments[:-1]))
 
 

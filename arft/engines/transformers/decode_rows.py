@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from arft.engines.base import Generation, SamplingParams
+from arft.engines.call_closing import CallCloser, ClosingState
 from arft.engines.grammar import ToolCallMasker
 from arft.engines.transformers.sampling import RowSampling
 
@@ -89,6 +90,8 @@ class Row:
     """While looking ahead after a stop: the number of tokens up to and including the stop."""
     streamed: int = 0
     """Tokens already handed to the request's ``on_tokens``."""
+    closing: ClosingState = field(default_factory=ClosingState)
+    """A call being closed before the budget runs out, and how many were."""
 
     def stream_settled(self) -> None:
         """Stream the tokens no look-ahead can take back: all of them, or up to a pending stop."""
@@ -121,10 +124,12 @@ class FinishRules:
     it sits inside a constrained call's arguments or a continuation string follows it),
     ``length``, or ``None`` to go on. Called once per sampled token."""
 
-    def __init__(self, tokenizer: "PreTrainedTokenizerBase", eos_ids: frozenset[int], masker: ToolCallMasker) -> None:
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", eos_ids: frozenset[int], masker: ToolCallMasker,
+                 closer: CallCloser | None = None) -> None:
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
         self.masker = masker
+        self.closer = closer
 
     def finish_reason(self, row: Row) -> str | None:
         """The reason the row ends after its newest token, or None (see the class docstring)."""
@@ -141,7 +146,9 @@ class FinishRules:
                 matcher = row.request.matcher
                 if matcher is not None and self.masker.in_call(matcher):
                     return None  # the stop string is part of an argument's value
-                if params.stop_unless_followed_by and len(row.tokens) < params.max_new_tokens:
+                # A call closed for the budget leaves no room for another: end at its close.
+                if params.stop_unless_followed_by and len(row.tokens) < params.max_new_tokens \
+                        and not row.closing.closed_last:
                     row.stop_at = len(row.tokens)
                     return None
                 return "stop"
@@ -149,16 +156,27 @@ class FinishRules:
             return "length"
         return None
 
+    def _fits(self, row: Row) -> bool:
+        """Whether the call the look-ahead opened can still close within the budget (its
+        shortest completion fits); one that cannot is dropped with the look-ahead, so the turn
+        ends at the previous call's close instead of inside this one."""
+        matcher = row.request.matcher
+        if self.closer is None or not self.closer.enabled or matcher is None:
+            return True
+        tokens = self.closer.completion_tokens(matcher)
+        return tokens is not None and len(tokens) <= row.request.params.max_new_tokens - len(row.tokens)
+
     def _look_ahead(self, row: Row) -> str | None:
         """After a stop: go on if a continuation string follows, else end at the stop."""
         assert row.stop_at is not None
         follow = row.request.params.stop_unless_followed_by
         ahead = str(self.tokenizer.decode(row.tokens[row.stop_at:], skip_special_tokens=False)).lstrip()
         if row.tokens[-1] not in self.eos_ids:
-            if any(ahead.startswith(f) for f in follow):  # e.g. a second <tool_call>: carry on
+            opened = any(ahead.startswith(f) for f in follow)
+            if opened and self._fits(row):  # e.g. a second <tool_call>: carry on
                 row.stop_at, row.scan_from = None, len(row.tokens)
                 return self.finish_reason(row)
-            undecided = any(f.startswith(ahead) for f in follow)
+            undecided = not opened and any(f.startswith(ahead) for f in follow)
             if undecided and len(row.tokens) - row.stop_at < LOOK_AHEAD_TOKENS \
                     and len(row.tokens) < row.request.params.max_new_tokens:
                 return None
@@ -172,7 +190,7 @@ def generation(row: Row, tokenizer: "PreTrainedTokenizerBase") -> Generation:
     text = tokenizer.decode(row.tokens, skip_special_tokens=False)
     return Generation(token_ids=tuple(row.tokens), logprobs=tuple(row.logprobs), text=text,
                       finish_reason=row.finish,
-                      constrained=tuple(row.constrained))
+                      constrained=tuple(row.constrained), closed_calls=row.closing.calls)
 
 
 def _settle(future: asyncio.Future[Generation], outcome: Generation | BaseException) -> None:

@@ -20,7 +20,9 @@ Constrained tool calls: a request whose ``SamplingParams.grammar`` is set gets a
 (``arft.engines.grammar``); before each of its tokens is sampled, the logits of tokens the grammar
 does not allow are set to ``-inf``, so the sampled token and its recorded logprob come from the
 masked, renormalised distribution. Where the grammar allows one text only (a call's key path, its
-close), its next token is written without sampling, with logprob 0 (the whole mass). A stop string
+close), its next token is written without sampling, with logprob 0 (the whole mass); so is the
+grammar's shortest completion of a call that ``max_new_tokens`` would otherwise cut
+(``arft.engines.call_closing``). A stop string
 inside a call's arguments is content, not a stop. Grammars are compiled once per toolset, on the
 caller's side, so a schema that cannot be compiled fails that request only (``ConstraintError``).
 
@@ -48,11 +50,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from arft.chat.constraints import Grammar
+from arft.chat.constraints import Grammar, ToolGrammar
 from arft.config import JobError
 from arft.cpu import cascade, packed_linear
 from arft.cpu import threads as cpu_threads
 from arft.engines.base import EngineError, Generation, SamplingParams
+from arft.engines.call_closing import CallCloser, RowBudget
 from arft.engines.factory import transformers_options
 from arft.engines.grammar import ToolCallMasker
 from arft.engines.transformers.decode_rows import FinishRules, Request, Row, checked_prompt, generation, new_row
@@ -93,6 +96,11 @@ class EngineStats:
     prefill_batch_sizes: collections.Counter[int] = field(default_factory=collections.Counter)
     constrained_tokens: int = 0
     """Tokens sampled under a grammar mask that excluded at least one token."""
+    closed_calls: int = 0
+    """Constrained calls closed by the grammar's shortest completion because the completion's
+    ``max_new_tokens`` was about to run out (``arft.engines.call_closing``)."""
+    cut_calls: int = 0
+    """Completions that still ended by length inside a constrained call (no completion fitted)."""
     prompt_tokens: int = 0
     """Prompt tokens of the requests admitted."""
     prefill_tokens: int = 0
@@ -138,7 +146,10 @@ class TransformersEngine:
         """Keys and values of finished requests, reused by later prompts that share a prefix."""
         self.masker = ToolCallMasker(tokenizer, self.vocab_size, self.eos_ids)
         """Compiles tool-call grammars (cached per toolset) and masks logits with them."""
-        self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker)
+        self.closer = CallCloser(tokenizer, self.vocab_size, self.eos_ids)
+        """Closes an open call by its shortest completion before the budget runs out
+        (``closer.enabled = False`` lets calls be cut, for comparisons)."""
+        self._finish_rules = FinishRules(tokenizer, self.eos_ids, self.masker, self.closer)
         on_cpu = self.device.type == "cpu"
         self._pass = ModelPass(model, on_cpu, cascade_attention, packed_linears, fused_pass, cpu_kernels)
         self._inbox: collections.deque[Request] = collections.deque()
@@ -413,6 +424,7 @@ class TransformersEngine:
             logits = logits.float()  # masked in place: never touch the model's output buffer
             constrained = self.masker.mask(logits, matchers)
             forced = self.masker.forced_tokens(matchers, constrained)
+            forced.update(self._closing_tokens(rows, matchers, constrained))
         tokens, logprobs = sample_rows(logits, [r.sampling for r in rows],
                                        [r.generator for r in rows], self._rng)
         token_list, logprob_list = tokens.tolist(), logprobs.tolist()
@@ -430,11 +442,28 @@ class TransformersEngine:
         self.stats.generated_tokens += len(rows)
         self.stats.constrained_tokens += sum(constrained)
 
+    def _closing_tokens(self, rows: list[Row], matchers: list[Any], constrained: list[bool]) -> dict[int, int]:
+        """Row -> the next token of its open call's shortest completion, for rows whose budget
+        runs out before the call would close (``arft.engines.call_closing``; marked constrained).
+        Tool calls only: a whole JSON reply cut by its budget stays cut, as OpenAI's are."""
+        budgets = [RowBudget(m if isinstance(r.request.params.grammar, ToolGrammar) else None,
+                             r.request.params.max_new_tokens - len(r.tokens), r.closing)
+                   for r, m in zip(rows, matchers)]
+        before = sum(r.closing.calls for r in rows)
+        closing = self.closer.forced(budgets, constrained)
+        for i in closing:
+            constrained[i] = True
+        self.stats.closed_calls += sum(r.closing.calls for r in rows) - before
+        return closing
+
     def _retire(self, batch: KVBatch) -> KVBatch | None:
         """Answer finished rows, drop them and rows whose caller gave up; ``None`` when empty."""
         gone = []
         for i, row in enumerate(batch.rows):
             if row.finish is not None:
+                matcher = row.request.matcher
+                if row.finish == "length" and matcher is not None and self.masker.in_call(matcher):
+                    self.stats.cut_calls += 1
                 self._keep_kv(batch, i, row.request.prompt + row.tokens)  # stored before answered
                 self._deliver(row.request, generation(row, self.tokenizer))
             elif row.request.future.done():  # cancelled by its caller: stop spending compute

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import httpx
 
 from arft.engines.base import EngineError, Generation, SamplingParams
+from arft.engines.call_closing import CallCloser
 from arft.engines.grammar import ToolCallMasker, turn_tag
 from arft.models.hf_model import merged_copy
 from arft.models.weights_hash import policy_hash
@@ -82,6 +83,8 @@ class VLLMEngine:
         """The stamp of the weights the last ``sync`` told the server to load (the step and the hash
         arft computed over the tensors it saved from); every generation carries it."""
         self.masker = ToolCallMasker(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
+        self.closer = CallCloser(tokenizer, len(tokenizer), [tokenizer.eos_token_id])
+        """Closes a call the server cut at ``max_new_tokens`` (see ``_close_cut_call``)."""
         self._client = json_client(timeout_s)  # one pooled client per event loop
         self.stats = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0, "generated_tokens": 0}
 
@@ -169,12 +172,25 @@ class VLLMEngine:
                 prompt + ids + ahead, params, params.max_new_tokens - len(ids) - len(ahead), None, stops)
             ids, lps = ids + ahead + rest, lps + ahead_lps + rest_lps
         reason = "length" if finish == "length" else ("stop" if stop is not None else "eos")
+        closed = 0
         if isinstance(grammar, ToolGrammar):
             ids, lps, reason = self._end_at_last_call(grammar, ids, lps, reason)
+            if reason == "length" and compiled is not None and self.closer.enabled:
+                ids, lps, reason, closed = self._close_cut_call(compiled, ids, lps, params.max_new_tokens)
         constrained = self.masker.limited_positions(compiled, ids) if compiled is not None else ()
         return Generation(token_ids=tuple(ids), logprobs=tuple(lps), finish_reason=reason,
                           text=self.tokenizer.decode(ids, skip_special_tokens=False),
-                          constrained=tuple(constrained), policy=self.policy)
+                          constrained=tuple(constrained), policy=self.policy, closed_calls=closed)
+
+    def _close_cut_call(self, compiled: Any, ids: list[int], lps: list[float],
+                        max_new_tokens: int) -> tuple[list[int], list[float], str, int]:
+        """A turn the server cut inside a call, closed as the transformers engine closes it: the
+        sampled tokens up to where its rule starts closing, then the call's shortest completion
+        (logprob 0; ``arft.engines.call_closing``), ending the turn with ``stop``."""
+        tail = self.closer.close_replayed(self.masker.matcher(compiled), ids, max_new_tokens)
+        if tail is None:
+            return ids, lps, "length", 0
+        return ids[:tail.at] + tail.tokens, lps[:tail.at] + [0.0] * len(tail.tokens), "stop", 1
 
     def _end_at_last_call(self, grammar: ToolGrammar, ids: list[int], lps: list[float],
                           reason: str) -> tuple[list[int], list[float], str]:

@@ -79,3 +79,16 @@ def test_import_with_job_drops_unknown_tools_and_redacts(tmp_path: Path) -> None
     written = "".join(p.read_text() for p in (tmp_path / "data").iterdir())
     assert "bob@corp.example.org" not in written and "cancel_order" in written  # in the report
     assert "me@mail.example.com" not in written
+
+
+def test_import_prints_the_dropped_near_duplicates_beside_the_rows_they_matched(tmp_path: Path) -> None:
+    near = logged([SYSTEM, user(QUESTIONS[0].replace("week", "weak"))], {"role": "assistant", "content": "ok"})
+    logs = write(tmp_path / "logs.jsonl", [*many(3), near])
+    out = invoke("import", str(logs), "-o", str(tmp_path / "d"))
+    assert out.exit_code == 0, out.output
+    (pair,) = json.loads((tmp_path / "d" / "import_report.json").read_text())["near_duplicate_pairs"]
+    assert pair["dropped_text"] == QUESTIONS[0].replace("week", "weak").lower()
+    assert pair["kept_text"] == QUESTIONS[0].lower() and pair["ratio"] >= 95
+    text = flat(out.stdout)
+    assert "near-duplicates dropped, compared on what varies between requests" in text
+    assert f"{pair['dropped']} ~ {pair['kept']} (ratio {pair['ratio']:g})" in text

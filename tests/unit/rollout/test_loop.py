@@ -137,6 +137,22 @@ async def test_max_turns_truncates(tokenizer: Any, secret_tools: Any) -> None:
     assert (r.status, r.finish_reason, r.n_turns) == ("truncated", "max_turns", 3)
 
 
+async def test_a_single_turn_job_ends_ok_after_its_calls_ran(tokenizer: Any, secret_tools: Any) -> None:
+    tools, token = secret_tools
+    engine = scripted(tokenizer, [call("lookup", key="alpha") + call("add", a=1, b=2)])
+    r = await run_rollout(conv(engine, tokenizer), task(), tools, limits(max_turns=1))
+    assert (r.status, r.finish_reason, r.n_turns) == ("ok", "max_turns", 1)
+    assert token in r.tool_calls[0].output and r.tool_calls[1].output == "3"  # the calls ran: they are the answer
+
+
+@pytest.mark.parametrize("reply", ['<tool_call>\n{"name": "add", "arguments": {"a": }\n</tool_call>',
+                                   '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2' + "0" * 400])
+async def test_a_single_turn_cut_short_is_still_truncated(tokenizer: Any, secret_tools: Any, reply: str) -> None:
+    tools, _ = secret_tools  # an unparsable call, or a turn cut by max_new_tokens (200) inside its call
+    r = await run_rollout(conv(scripted(tokenizer, [reply]), tokenizer), task(), tools, limits(max_turns=1))
+    assert (r.status, r.finish_reason, r.n_turns) == ("truncated", "max_turns", 1)
+
+
 async def test_token_budget_truncates(tokenizer: Any, secret_tools: Any) -> None:
     tools, _ = secret_tools
     engine = ScriptedEngine(tokenizer, lambda _ids: call("lookup", key="k" * 50))

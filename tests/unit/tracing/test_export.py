@@ -38,3 +38,23 @@ def test_export_lines_parse_and_carry_trace_ids(tmp_path: Path) -> None:
     assert "token_ids" not in first
     assert lines[1]["reward"] is None and lines[1]["score"] is None
     assert json.loads(only.getvalue())["trace_id"] == ungraded.trace_id
+
+
+def test_export_lines_say_the_step_split_and_sample_of_each_rollout(tmp_path: Path) -> None:
+    trained = make_rollout(run_id="train", sample_index=2).model_copy(update={"step": 3})
+    evaluated = make_rollout(run_id="train:eval-000003", sample_index=1).model_copy(update={"step": 3})
+    baseline = make_rollout(run_id="baseline")
+    legacy = make_rollout(run_id="old-eval")
+    loose = make_rollout(run_id="no-run-row")
+    with RunStore(tmp_path / "run.db") as store:
+        store.create_run("train", "train", {"model": "m"})
+        store.create_run("train:eval-000003", "eval", {"step": 3, "split": "validation"})
+        store.create_run("baseline", "eval", {"model": "m", "split": "train"})  # arft eval --split train
+        store.create_run("old-eval", "eval", {"model": "m"})  # recorded before runs kept their split
+        for r in (trained, evaluated, baseline, legacy, loose):
+            store.add_rollout(r)
+        out = io.StringIO()
+        export_rollouts(store, out)
+    rows = {x["run_id"]: (x["split"], x["step"], x["sample"]) for x in map(json.loads, out.getvalue().splitlines())}
+    assert rows == {"train": ("train", 3, 2), "train:eval-000003": ("validation", 3, 1),
+                    "baseline": ("train", None, 0), "old-eval": ("eval", None, 0), "no-run-row": (None, None, 0)}

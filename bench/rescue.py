@@ -1,0 +1,143 @@
+"""Privileged hints rescue zero-signal groups: RL with hints beats RL alone on plain rows (goal +30 points).
+
+RL alone against RL with ``training.rescue`` (each correction), side by side in one command, on
+the same job, seed, training order and held-out tasks, with no teacher and no demonstrations.
+
+    python -m bench run rescue [ENV] [--steps S] [--arms rl,tis,none] [--tasks N]
+
+ENV (default ``finance_lookup``) is a folder under ``examples/`` with a ``job_plain.yaml`` (rows
+as real traffic has them) and a hint in ``HINTS`` (a template over the row: the expected call).
+Arms, one after the other:
+
+1. ``rl``: ``arft train`` as the job says;
+2. ``tis``: the same with ``training.rescue`` (the hinted samples importance-weighted);
+3. ``none``: the same with ``correction: none`` (hinted samples as if sampled by the policy).
+
+Printed: eval reward at the untrained baseline and after each arm, per step; rescued groups and
+the hinted share of the trained sequences per step; each arm's wall time. Results:
+``bench/results/rescue_<ENV>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from bench.lib.case_runs import EXAMPLES, evals_of, extra_metrics
+from bench.lib.harness import OUT, ROOT, log, record
+
+SLOW = True  # three 10-step training runs of an example
+QUICK = ["calculator", "--steps", "1", "--tasks", "2", "--arms", "rl,tis"]
+
+HINTS = {
+    "finance_lookup": 'To answer, call cat with {"path": "reports/{{ item.report }}"} and read the '
+                      "{{ item.kind }} figure.",
+    "code_qa": 'Call read with {"path": "services/{{ item.service }}/config.py"} and find the '
+               "{{ item.kind }} value.",
+    "calculator": 'Call calculator with {"expression": "{{ item.expression }}"}, then state the result.',
+}
+
+
+def job_of(env: str, arm: str, args: argparse.Namespace) -> Any:
+    from arft.config import load_job
+    from arft.config.sections import RescueSpec
+
+    env_dir = ROOT / "examples" / env
+    job = load_job(env_dir / ("job_plain.yaml" if (env_dir / "job_plain.yaml").exists() else "job.yaml"))
+    training: dict[str, Any] = {}
+    if args.steps:
+        training["max_steps"] = args.steps
+    if arm != "rl":
+        training["rescue"] = RescueSpec(hint=HINTS[env], correction=arm)  # type: ignore[arg-type]
+    if args.tasks:
+        training["eval_tasks"] = args.tasks
+    return job.model_copy(update={"training": job.training.model_copy(update=training)})
+
+
+def hooks(steps: dict[int, dict[str, float]]) -> Any:
+    from arft.app.session import Hooks
+    from arft.report.summary import summary_line
+
+    def step_done(step: int, m: dict[str, float]) -> None:
+        steps[step] = {k: m[k] for k in ("train/task_reward_mean", "train/groups_dropped", "train/groups",
+                                         "train/groups_rescued", "train/hinted_share", "time/step_s") if k in m}
+        log(f"  step {step}: {m.get('time/step_s', 0):.0f} s, train reward {m.get('train/task_reward_mean', 0):.3f}, "
+            f"dropped {m.get('train/groups_dropped', 0):.0f}/{m.get('train/groups', 0):.0f}, rescued "
+            f"{m.get('train/groups_rescued', 0):.0f}, hinted {100 * m.get('train/hinted_share', 0):.0f}%")
+
+    return Hooks(status=lambda s: log(f"  {s}"), step_done=step_done,
+                 eval_done=lambda step, s: log(f"  eval @ step {step}: {summary_line(s)}"))
+
+
+async def arm(job: Any, run_dir: Path) -> dict[str, Any]:
+    from arft.app.train import train
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    steps: dict[int, dict[str, float]] = {}
+    t0 = time.perf_counter()
+    await train(job, run_dir, hooks=hooks(steps))
+    return {"wall_s": time.perf_counter() - t0, "steps": steps}
+
+
+def verdict(res: dict[str, Any]) -> str:
+    arms = res["arms"]
+    rl = arms.get("rl")
+    if rl is None:
+        return "no RL-alone arm: no comparison"
+    base = rl["evals"][min(rl["evals"], key=int)]["reward"]
+    parts = [f"{res['env']}: eval reward {base:.2f} untrained"]
+    for name, a in arms.items():
+        last = a["evals"][max(a["evals"], key=int)]["reward"]
+        rescued = sum(s.get("train/groups_rescued", 0) for s in a["steps"].values())
+        parts.append(f"{name} {last:.2f} ({100 * (last - base):+.0f} pts"
+                     + (f", {rescued:.0f} groups rescued" if name != "rl" else "") + ")")
+    gains = {n: a["evals"][max(a["evals"], key=int)]["reward"] for n, a in arms.items()}
+    best = max((n for n in gains if n != "rl"), key=lambda n: gains[n], default=None)
+    if best is not None:
+        parts.append(f"hints - RL alone: {100 * (gains[best] - gains['rl']):+.0f} pts ({best}; goal +30)")
+    return "; ".join(parts)
+
+
+def table(res: dict[str, Any]) -> str:
+    rows = ["| arm | " + " | ".join(f"eval @ {s}" for s in sorted({int(s) for a in res["arms"].values()
+                                                                      for s in a["evals"]})) + " | wall |",
+            "|---" * (2 + len({s for a in res["arms"].values() for s in a["evals"]})) + "|"]
+    for name, a in res["arms"].items():
+        evs = {int(k): v["reward"] for k, v in a["evals"].items()}
+        cells = [f"{evs[s]:.3f}" if s in evs else "" for s in sorted({int(s) for b in res["arms"].values()
+                                                                      for s in b["evals"]})]
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {a['wall_s'] / 60:.1f} min |")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("env", nargs="?", default="finance_lookup", choices=sorted(HINTS))
+    p.add_argument("--steps", type=int, help="override training.max_steps")
+    p.add_argument("--tasks", type=int, help="evaluate on the first N validation tasks only")
+    p.add_argument("--arms", default="rl,tis,none")
+    args = p.parse_args(argv)
+    out = OUT / f"rescue_{args.env}"
+    env_dir = ROOT / "examples" / args.env
+    res: dict[str, Any] = {"env": args.env, "hint": HINTS[args.env], "arms": {},
+                           "command": "python -m bench run rescue " + " ".join(sys.argv[1:] if argv is None else argv)}
+    with EXAMPLES.services(env_dir):
+        for name in args.arms.split(","):
+            log(f"{args.env}: arm {name}")
+            info = asyncio.run(arm(job_of(args.env, name, args), out / name))
+            res["arms"][name] = {**info, "evals": evals_of(out / name, extra_metrics(env_dir))}
+    record(f"rescue_{args.env}", {"verdict": verdict(res), **res})
+    print()
+    print(table(res))
+    print()
+    print(verdict(res))
+
+
+if __name__ == "__main__":
+    main()
