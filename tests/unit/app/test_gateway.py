@@ -23,7 +23,7 @@ from arft.app.serve.chat import ServedModel
 from arft.chat.formats import ChatFormat
 from arft.config import JobSpec
 from arft.engines.transformers.engine import TransformersEngine
-from arft.records import FunctionCall, Message, Rollout, Task, ToolCall
+from arft.records import FunctionCall, Message, PolicyStamp, Rollout, Task, ToolCall
 from arft.rollout.conversation import TokenConversation
 from arft.rollout.loop import run_rollout
 from arft.tools.python_fn import PythonTool
@@ -83,6 +83,7 @@ async def append_only_agent(row: dict[str, Any], client: ClientSettings) -> str:
 
 async def test_append_only_agent_captures_the_ids_of_arfts_own_loop(model: Any, tokenizer: Any) -> None:
     engine = TransformersEngine(model, tokenizer, max_batch_size=2)
+    engine.policy = PolicyStamp(version=3, hash="0123456789abcdef")  # as a sync stamps it
     conv = TokenConversation(engine, ChatFormat(tokenizer, worked_example=False),
                              sampling(temperature=1.0, max_new_tokens=48), max_tokens=2048,
                              tool_choice="required", seed=SEED, constrain=True)
@@ -100,6 +101,7 @@ async def test_append_only_agent_captures_the_ids_of_arfts_own_loop(model: Any, 
     assert got.segments == () and +driver.kinds == {"first": 1, "append": 1}
     assert [c.output for c in got.tool_calls] == [c.output for c in own.tool_calls]
     assert got.output is not None and got.n_turns == 2
+    assert got.policy == own.policy == engine.policy  # the weights that sampled it, on the record
 
 
 def msg(role: Any, content: str | None = None, **calls: str) -> Message:
