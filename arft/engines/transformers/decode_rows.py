@@ -176,6 +176,8 @@ class FinishRules:
             if opened and self._fits(row):  # e.g. a second <tool_call>: carry on
                 row.stop_at, row.scan_from = None, len(row.tokens)
                 return self.finish_reason(row)
+            if opened:  # a call that cannot close in time: dropped with the look-ahead below
+                row.closing.dropped += 1
             undecided = not opened and any(f.startswith(ahead) for f in follow)
             if undecided and len(row.tokens) - row.stop_at < LOOK_AHEAD_TOKENS \
                     and len(row.tokens) < row.request.params.max_new_tokens:

@@ -101,6 +101,9 @@ class EngineStats:
     ``max_new_tokens`` was about to run out (``arft.engines.call_closing``)."""
     cut_calls: int = 0
     """Completions that still ended by length inside a constrained call (no completion fitted)."""
+    dropped_calls: int = 0
+    """Further calls opened after a call's close with too little room for their shortest form,
+    dropped with the look-ahead (the turn ends at the previous call's close)."""
     prompt_tokens: int = 0
     """Prompt tokens of the requests admitted."""
     prefill_tokens: int = 0
@@ -464,6 +467,7 @@ class TransformersEngine:
                 matcher = row.request.matcher
                 if row.finish == "length" and matcher is not None and self.masker.in_call(matcher):
                     self.stats.cut_calls += 1
+                self.stats.dropped_calls += row.closing.dropped
                 self._keep_kv(batch, i, row.request.prompt + row.tokens)  # stored before answered
                 self._deliver(row.request, generation(row, self.tokenizer))
             elif row.request.future.done():  # cancelled by its caller: stop spending compute
