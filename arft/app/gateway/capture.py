@@ -95,6 +95,9 @@ class Capture:
     """A request did not fit ``rollout.max_tokens``: the rollout ends as truncated."""
     constrained_calls: int = 0
     """Tool calls written under a tool-call grammar (as ``Rollout.constrained_calls``)."""
+    call_ids: set[str] = field(default_factory=set)
+    """The ids of the calls the policy made here: only they are the rollout's calls (a row's
+    worked examples carry calls too)."""
     closed_calls: int = 0
     """Calls the engine closed for the budget (as ``Rollout.closed_calls``)."""
     cut: bool = False
@@ -135,6 +138,7 @@ class Capture:
         seg.append(gen.token_ids, sampled=True, logprobs=gen.logprobs, constrained=gen.constrained)
         if any(gen.constrained):
             self.constrained_calls += len(reply.tool_calls or ())
+        self.call_ids.update(call.id for call in reply.tool_calls or ())
         self.closed_calls += getattr(gen, "closed_calls", 0)
         seg.ended_with_eos = gen.finish_reason == "eos"
         self.cut = gen.finish_reason == "length"

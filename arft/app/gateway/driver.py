@@ -128,8 +128,9 @@ def captured_rollout(task: Task, route: Route, result: ProgramResult, client: Cl
 
 
 def tool_call_records(capture: Capture) -> tuple[ToolCallRecord, ...]:
-    """The calls the model made that the program answered, read from every segment's messages
-    (once each, by call id), in order; a call the program never answered is not a record."""
+    """The calls the policy made through the gateway that the program answered, read from every
+    segment's messages (once each, by call id), in order; a call the program never answered, or
+    one the gateway never returned (a worked example in the row), is not a record."""
     seen: set[str] = set()
     records: list[ToolCallRecord] = []
     for seg in capture.segments:
@@ -139,7 +140,7 @@ def tool_call_records(capture: Capture) -> tuple[ToolCallRecord, ...]:
             turn += m.role == "assistant"
             for call in m.tool_calls or ():
                 reply = outputs.get(call.id)
-                if reply is None or call.id in seen:
+                if reply is None or call.id in seen or call.id not in capture.call_ids:
                     continue
                 seen.add(call.id)
                 records.append(ToolCallRecord(trace_id=capture.trace_id, call_id=call.id, name=call.function.name,

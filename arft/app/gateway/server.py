@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterator
@@ -55,16 +56,22 @@ class Gateway:
     """``rollout.max_tokens``: the whole trajectory's token budget (one segment's)."""
     routes: dict[str, Route] = field(default_factory=dict)
     url: str = ""
+    _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
+    """Where requests are prepared: a pool of the gateway's own, because agent programs in this
+    process may fill the loop's default executor with calls that wait on the gateway."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Gateway]:
         """Serve on a free port of 127.0.0.1 until the block ends."""
-        async with serve_here(self.app(), name="the arft gateway") as url:
-            self.url = url
-            try:
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix="arft-gateway")
+        try:
+            async with serve_here(self.app(), name="the arft gateway") as url:
+                self.url = url
                 yield self
-            finally:
-                self.url = ""
+        finally:
+            self.url = ""
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def base_url(self, trace_id: str) -> str:
         """The OpenAI base URL an agent program uses for rollout ``trace_id``."""
@@ -126,7 +133,7 @@ class Gateway:
                 raise ChatRequestError("a rollout is one trajectory: the gateway samples n=1 (send n "
                                        "requests for n answers)", "n")
             req = req.model_copy(update={"max_tokens": None, "max_completion_tokens": None})
-            prep = self.turn(route, await prepared(request, model, req))
+            prep = self.turn(route, await prepared(request, model, req, self._pool))
             request.state.prep = prep  # what the access log counts
             return prep
 

@@ -22,6 +22,7 @@ up the others), and a non-streamed generation is cancelled when its client disco
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Executor
 import hmac
 import json
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence, TypeVar
@@ -132,10 +133,12 @@ async def _chat(request: Request, by_name: Mapping[str, ServedModel], prepare: P
                              headers=policy_headers(stamp_of(model.engine)))
 
 
-async def prepared(request: Request, model: ServedModel, req: ChatRequest) -> Prepared:
-    """``prepare(model, req)`` in a worker thread (a huge prompt is tokenized there, so the event
-    loop keeps answering), kept on ``request.state`` for the access log."""
-    prep = await asyncio.to_thread(prepare, model, req)
+async def prepared(request: Request, model: ServedModel, req: ChatRequest,
+                   executor: Executor | None = None) -> Prepared:
+    """``prepare(model, req)`` in a worker thread of ``executor`` (default: the loop's; a huge
+    prompt is tokenized there, so the event loop keeps answering), kept on ``request.state`` for
+    the access log."""
+    prep = await asyncio.get_running_loop().run_in_executor(executor, prepare, model, req)
     request.state.prep = prep
     return prep
 

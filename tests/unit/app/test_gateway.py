@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from arft.app.gateway.capture import Capture, same_message
-from arft.app.gateway.driver import ProgramDriver, program_driver
+from arft.app.gateway.driver import ProgramDriver, program_driver, tool_call_records
 from arft.app.gateway.programs import ClientSettings, CommandProgram, PythonProgram
 from arft.app.gateway.server import Gateway
 from arft.app.serve.chat import ServedModel
@@ -267,3 +267,17 @@ async def test_every_model_call_is_logged_with_its_rollout(model: Any, tokenizer
     lines = [r.getMessage() for r in caplog.records if r.name == "arft.serve.access"]
     assert any("POST /rollouts/{trace_id}/v1/chat/completions 200" in x and "trace=tr-log" in x
                and "completion=-" not in x for x in lines)
+
+
+def test_a_rows_worked_example_calls_are_not_the_rollouts(tokenizer: Any) -> None:
+    fmt = ChatFormat(tokenizer, worked_example=False)
+    cap = Capture(fmt, "tr")
+    example = [msg("user", "2+2?"), msg("assistant", None, calc='{"e": "2+2"}'),
+               Message(role="tool", content="4", tool_call_id="c0"), msg("assistant", "4."), msg("user", "3+3?")]
+    cap.prompt(example, [], "auto", fmt.render_prompt(example, [], "auto"))
+    mine = Message(role="assistant", tool_calls=(ToolCall(id="call_mine", function=FunctionCall(
+        name="calc", arguments='{"e": "3+3"}')),))
+    cap.record(FakeGen([11]), mine)
+    cap.prompt([*example, mine, Message(role="tool", content="6", tool_call_id="call_mine")], [], "auto",
+               fmt.render_prompt(example, [], "auto"))
+    assert [(r.call_id, r.output) for r in tool_call_records(cap)] == [("call_mine", "6")]
