@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.policy import apply_init_from, policy_engine, sync_engine
-from arft.app.rescue import rescue
+from arft.app.rescue import RESCUE_RUN_ID, rescue
 from arft.app.resume import resume as resume_from
 from arft.app.run import job_record, open_run
 from arft.app.session import Hooks, Session, TrainResult, evaluate_step, on_done
@@ -241,6 +241,8 @@ async def _session(t: Session, plan: _Plan, checkpoint: Path | None) -> None:
         apply_init_from(t)
         if not run.store.has_run(TRAIN_RUN_ID):
             run.store.create_run(TRAIN_RUN_ID, "train", job_record(run.job))
+    if run.job.training.rescue is not None and not run.store.has_run(RESCUE_RUN_ID):  # arft show lists them
+        run.store.create_run(RESCUE_RUN_ID, "rescue", {"hint": run.job.training.rescue.hint})
     t.sinks = open_sinks(run.job, run.run_dir.path, run.store, TRAIN_RUN_ID,
                          resumed_from=cursor.step if checkpoint is not None else None)
     try:

@@ -146,3 +146,35 @@ async def test_async_rollouts_generate_the_next_step_during_the_update(tmp_path:
     saved = adapter(tmp_path / "run")  # the policy was trained (not the engine's copy)
     fresh = get_peft_model_state_dict(wrap_policy(tiny(tokenizer), job.training, job.seed))
     assert any(not torch.equal(fresh[k], saved[k]) for k in saved)
+
+
+class NothingGrader:
+    """Every rollout fails: every group teaches nothing, so rescue samples each again with its hint."""
+
+    name = "nothing"
+
+    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Any:
+        from arft.records import Score
+
+        assert "HINT-" not in json.dumps(sample)  # the grader never sees the hint
+        return Score(score=0.0)
+
+
+async def test_rescue_samples_zero_signal_groups_again_with_the_hint(tmp_path: Path, tokenizer: Any) -> None:
+    from arft.config.sections import RescueSpec
+    from arft.tracing.store import RunStore
+
+    job = load_job(write_job(tmp_path))
+    job = job.model_copy(update={"training": job.training.model_copy(update={
+        "max_steps": 1, "eval_tasks": 1, "rescue": RescueSpec(hint="HINT-{{ item.id }}", samples=2)})})
+    result = await train(job, tmp_path / "run", model=tiny(tokenizer), tokenizer=tokenizer,
+                         grader=NothingGrader(), max_batch_size=4)
+    step = result.history[0]
+    assert step["train/groups_dropped"] == 2 and step["train/groups_rescued"] == 0  # nobody did better
+    assert step["train/hinted_share"] == 0.0
+    with RunStore(tmp_path / "run" / "arft.sqlite") as store:
+        hinted = store.rollouts("train:rescue")
+        assert "train:rescue" in {r["run_id"] for r in store.runs()}
+    assert len(hinted) == 2 * 2 and all(r.step == 1 for r in hinted)  # 2 groups x 2 hinted samples
+    assert all("HINT-" not in (m.content or "") for r in hinted for m in r.messages)
+    assert any("HINT-" in tokenizer.decode(list(r.token_ids[:r.prompt_len])) for r in hinted)  # the policy saw it
