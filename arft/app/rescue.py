@@ -24,11 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from arft.config.sections import BudgetSpec
 from arft.graders.templates import TemplateError, render_template
 from arft.records import Rollout, Task
 from arft.rollout.loop import task_tool_schemas
 from arft.rollout.runner import RolloutRunner
 from arft.seeds import step_seed
+from arft.trainer.advantages import budget_penalty_of, shaped_group_advantages
 
 if TYPE_CHECKING:
     from arft.config.sections import RescueSpec
@@ -38,10 +40,14 @@ RESCUE_RUN_ID = "train:rescue"
 _SEED_OFFSET = 7_777_777  # hinted samples draw seeds of their own, apart from the step's
 
 
-def zero_signal(group: Sequence[Rollout], mark: float) -> bool:
-    """Every rollout graded, all with the same reward, below ``mark``."""
-    rewards = {r.reward for r in group}
-    return len(rewards) == 1 and None not in rewards and next(iter(rewards)) < mark  # type: ignore[operator]
+def zero_signal(group: Sequence[Rollout], mark: float, budget: BudgetSpec | None = None) -> bool:
+    """The group is one the trainer drops for zero reward variance (``shaped_group_advantages``:
+    the same shaped rewards, the budget penalty included), every rollout graded below ``mark``."""
+    penalties = [budget_penalty_of(r, budget or BudgetSpec()) for r in group]
+    advantages = shaped_group_advantages(group, penalties)
+    graded = [r.reward for r in group if r.reward is not None]
+    return (advantages.dropped and len(graded) == len(group) and advantages.reason == "zero reward variance"
+            and max(graded) < mark)
 
 
 def hinted(task: Task, hint: str) -> Task:
@@ -74,7 +80,7 @@ class Rescued:
 
 
 async def rescue(runner: RolloutRunner, spec: RescueSpec, rollouts: list[Rollout], group_size: int,
-                 tasks: Sequence[Task], *, base_seed: int, step: int) -> Rescued:
+                 tasks: Sequence[Task], *, base_seed: int, step: int, budget: BudgetSpec | None = None) -> Rescued:
     """Rescue the zero-signal groups of one step (``rollouts``: ``group_size`` per task of
     ``tasks``, in order); see the module docstring."""
     groups = [rollouts[i:i + group_size] for i in range(0, len(rollouts), group_size)]
@@ -84,7 +90,7 @@ async def rescue(runner: RolloutRunner, spec: RescueSpec, rollouts: list[Rollout
             hint = render_template(spec.hint, {}, task.item)
         except TemplateError:  # this row lacks the hint's fields: it cannot be helped
             continue
-        if zero_signal(group, spec.mark):
+        if zero_signal(group, spec.mark, budget):
             stuck.append((i, hinted(task, hint)))
     if not stuck:
         return Rescued(rollouts, 0, 0)

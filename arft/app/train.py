@@ -120,7 +120,7 @@ async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Ge
         runner = t.run.runner
         assert isinstance(runner, RolloutRunner), "the job refuses training.rescue with cluster.ray"
         rollouts = (await rescue(runner, job.training.rescue, rollouts, plan.group_size, tasks,
-                                 base_seed=job.seed, step=after.step)).rollouts
+                                 base_seed=job.seed, step=after.step, budget=job.budget)).rollouts
     if job.training.dynamic_sampling:
         rollouts, after = await _resample(t, plan, rollouts, after, len(tasks))
     release_memory()

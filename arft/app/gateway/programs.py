@@ -12,7 +12,6 @@ import asyncio
 import inspect
 import json
 import os
-import signal
 import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from typing import Any, Callable, Protocol
 
 from arft.config.agents import CommandAgentSpec, PythonAgentSpec
 from arft.sandbox import SandboxLimits, run_sandboxed
+from arft.sandbox.command import kill_sandbox
 from arft.sandbox.python_env import interpreter_access
 from arft.tools.python_fn import load_function
 
@@ -151,13 +151,13 @@ class CommandProgram:
         try:
             out, err = await asyncio.wait_for(proc.communicate(json.dumps(row).encode()), timeout=self.timeout_s)
         except asyncio.TimeoutError:
-            _kill_group(proc.pid)
+            kill_sandbox(proc.pid)
             await proc.wait()
             return ProgramResult(error=f"the agent did not finish within {self.timeout_s:g}s (agent.timeout_s)",
                                  timed_out=True)
         finally:
             if proc.returncode is None:  # cancelled: never leave the program running
-                _kill_group(proc.pid)
+                kill_sandbox(proc.pid)
         if proc.returncode != 0:
             tail = err.decode(errors="replace")[-self.stderr_max_chars:]
             return ProgramResult(error=f"the agent exited with status {proc.returncode}; its stderr ends:\n{tail}")
@@ -183,9 +183,3 @@ class CommandProgram:
     def close(self) -> None:
         return None
 
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

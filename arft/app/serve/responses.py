@@ -22,11 +22,11 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from arft.app.serve.chat import ChatRequest, ChatRequestError, ServedModel, complete, stream_chunks
 from arft.app.serve.fingerprint import policy_headers, stamp_of
-from arft.app.serve.server import Preparer, error, prepared, unless_disconnected
+from arft.app.serve.server import Preparer, error, prepared, read_body, unknown_model, unless_disconnected
 from arft.engines.base import EngineError
 
 IGNORED = frozenset({"metadata", "store", "user", "service_tier", "prompt_cache_key", "prompt_cache_retention",
@@ -188,18 +188,12 @@ async def respond(request: Request, by_name: Mapping[str, ServedModel], prepare:
     """``POST /v1/responses``: a response object, a stream of events, or an OpenAI-shaped error.
     Served as chat completions are: prepared off the event loop, a non-streamed generation
     cancelled when its client leaves, the weights named in the policy header."""
-    try:
-        req = ResponsesRequest.model_validate(await request.json())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return error(400, "the request body is not JSON: send a Responses request body")
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return error(400, f"{where}: {first['msg']}", where or None)
+    req = await read_body(request, ResponsesRequest, "a Responses")
+    if isinstance(req, JSONResponse):
+        return req
     model = by_name.get(req.model)
     if model is None:
-        return error(404, f"the model {req.model!r} is not served here; served: {sorted(by_name)}", "model",
-                     "model_not_found")
+        return unknown_model(req.model, by_name)
     headers = policy_headers(stamp_of(model.engine))
     try:
         chat = to_chat(req)

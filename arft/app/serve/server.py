@@ -31,7 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from arft.app.serve.access import AccessLog
@@ -81,7 +81,7 @@ def build_app(models: Sequence[ServedModel], api_key: str | None = None) -> Fast
     @app.get("/v1/models/{name:path}")
     async def one_model(name: str) -> Any:
         model = by_name.get(name)
-        return _card(model) if model else _unknown(name, by_name)
+        return _card(model) if model else unknown_model(name, by_name)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
@@ -97,6 +97,22 @@ def build_app(models: Sequence[ServedModel], api_key: str | None = None) -> Fast
     return app
 
 
+B = TypeVar("B", bound=BaseModel)
+
+
+async def read_body(request: Request, kind: type[B], what: str) -> B | JSONResponse:
+    """The request body as ``kind``, or the OpenAI-shaped 400 naming the first bad field
+    (``what``: the API, for the message: "a chat-completions", "a Responses")."""
+    try:
+        return kind.model_validate(await request.json())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return error(400, f"the request body is not JSON: send {what} request body")
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return error(400, f"{where}: {first['msg']}", where or None)
+
+
 Preparer = Callable[[Request, ServedModel, ChatRequest], Awaitable[Prepared]]
 """How a checked request becomes what the engine runs: ``prepared`` here; the gateway's also
 takes a rollout's captured ids (``arft.app.gateway``)."""
@@ -105,19 +121,12 @@ takes a rollout's captured ids (``arft.app.gateway``)."""
 async def _chat(request: Request, by_name: Mapping[str, ServedModel], prepare: Preparer | None = None) -> Any:
     """``POST /v1/chat/completions``: a completion, a stream, or an OpenAI-shaped error
     (``prepare``: default ``prepared``)."""
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return error(400, "the request body is not JSON: send a chat-completions request body")
-    try:
-        req = ChatRequest.model_validate(body)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return error(400, f"{where}: {first['msg']}", where or None)
+    req = await read_body(request, ChatRequest, "a chat-completions")
+    if isinstance(req, JSONResponse):
+        return req
     model = by_name.get(req.model)
     if model is None:
-        return _unknown(req.model, by_name)
+        return unknown_model(req.model, by_name)
     try:
         prep = await (prepare or prepared)(request, model, req)
         if not req.stream:
@@ -203,6 +212,6 @@ def _card(model: ServedModel) -> dict[str, Any]:
     return {"id": model.name, "object": "model", "created": model.created, "owned_by": "arft"}
 
 
-def _unknown(name: str, by_name: Mapping[str, ServedModel]) -> JSONResponse:
+def unknown_model(name: str, by_name: Mapping[str, ServedModel]) -> JSONResponse:
     return error(404, f"the model {name!r} is not served here; served: {sorted(by_name)}", "model",
                  "model_not_found")
