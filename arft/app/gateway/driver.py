@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from arft.app.gateway.capture import Capture
-from arft.app.gateway.programs import (AgentProgram, ClientSettings, CommandProgram, ProgramResult,
+from arft.app.gateway.programs import (AgentProgram, AgentSetupError, ClientSettings, CommandProgram, ProgramResult,
                                        PythonProgram)
 from arft.app.gateway.server import Gateway, Route
 from arft.app.serve.chat import ServedModel
 from arft.chat.formats import ChatFormat
 from arft.engines.base import SamplingParams, TokenEngine
-from arft.errors import ArftError
 from arft.records import FinishReason, Rollout, RolloutStatus, Task, Timings, ToolCallRecord
 from arft.rollout.runner import constrained_tool_calls
 
@@ -40,10 +39,6 @@ if TYPE_CHECKING:
 
 API_KEY = "arft-gateway"
 """The key agent programs are given: the gateway listens on 127.0.0.1 only and checks none."""
-
-
-class AgentSetupError(ArftError):
-    """The job's agent program cannot run with this engine or cluster; the message says why."""
 
 
 @dataclass

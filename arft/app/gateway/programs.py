@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import json
 import os
+import shutil
 import sys
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -20,10 +21,16 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from arft.config.agents import CommandAgentSpec, PythonAgentSpec
+from arft.errors import ArftError
 from arft.sandbox import SandboxLimits, run_sandboxed
 from arft.sandbox.command import kill_sandbox
 from arft.sandbox.python_env import interpreter_access
 from arft.tools.python_fn import load_function
+
+
+class AgentSetupError(ArftError):
+    """The job's agent program cannot run here (a command not found, an engine or cluster it
+    cannot use); the message says what to change."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,14 @@ class CommandProgram:
     @classmethod
     def from_spec(cls, spec: CommandAgentSpec, base_dir: Path) -> CommandProgram:
         cwd = base_dir if spec.cwd is None else (base_dir / spec.cwd).resolve()
+        if not cwd.is_dir():
+            raise AgentSetupError(f"agent.cwd {cwd} is not a directory; point it at the agent's folder")
+        program = spec.command[0]  # a name with a slash runs from cwd; a bare name is looked up on PATH
+        found = (cwd / program).is_file() if "/" in program else shutil.which(program) is not None
+        if not found:
+            where = f"in {cwd}" if "/" in program else "on PATH"
+            raise AgentSetupError(f"agent.command {program!r} is not found ({where}); give the program's "
+                                  "path (./agent.py runs from agent.cwd)")
         limits = None if not spec.sandbox else SandboxLimits(
             timeout_s=spec.timeout_s, memory_mb=spec.memory_mb, network=True,
             max_output_chars=max(spec.stderr_max_chars, 100_000), workspace_tmpfs_mb=spec.workspace_mb,

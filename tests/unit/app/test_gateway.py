@@ -281,3 +281,17 @@ def test_a_rows_worked_example_calls_are_not_the_rollouts(tokenizer: Any) -> Non
     cap.prompt([*example, mine, Message(role="tool", content="6", tool_call_id="call_mine")], [], "auto",
                fmt.render_prompt(example, [], "auto"))
     assert [(r.call_id, r.output) for r in tool_call_records(cap)] == [("call_mine", "6")]
+
+
+def test_a_command_that_is_not_there_stops_the_job_before_any_rollout(tmp_path: Path) -> None:
+    from arft.app.gateway.programs import AgentSetupError
+    from arft.config.agents import CommandAgentSpec
+
+    with pytest.raises(AgentSetupError, match="'no-such-agent' is not found \\(on PATH\\)"):
+        CommandProgram.from_spec(CommandAgentSpec(type="command", command=["no-such-agent"]), tmp_path)
+    with pytest.raises(AgentSetupError, match="is not a directory"):
+        CommandProgram.from_spec(CommandAgentSpec(type="command", command=["python"], cwd="gone"), tmp_path)
+    with pytest.raises(AgentSetupError, match="'./agent.sh' is not found \\(in "):
+        CommandProgram.from_spec(CommandAgentSpec(type="command", command=["./agent.sh"]), tmp_path)
+    (tmp_path / "agent.sh").write_text("echo hi\n")  # a path runs from the agent's folder
+    assert CommandProgram.from_spec(CommandAgentSpec(type="command", command=["./agent.sh"]), tmp_path).argv == ["./agent.sh"]
