@@ -2,6 +2,11 @@
 training task with the untrained policy, keep the best success of each task, imitate them
 (``arft sft``), then run RL from there (``training.init_from``).
 
+With ``training.rescue`` the samples are drawn with its hint in the prompt (``arft.app.rescue``):
+where the untrained policy never succeeds on the plain prompt, the hint can find the successes to
+imitate. They are imitated from the prompts *without* the hint (``arft.app.sft_data`` lays each
+out on the job's own task), so the warm start teaches acting without it.
+
 Everything lands under the RL run directory: ``warm-start/samples`` (an ``arft eval`` run of the
 training tasks) and ``warm-start/sft`` (the warm start), so ``arft view`` and ``arft report`` can
 read each part.
@@ -14,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arft.app.evaluate import evaluate
+from arft.app.rescue import hinted_tasks, with_hint
 from arft.app.session import Hooks
 from arft.app.sft import SftOptions, SftResult, sft
 from arft.config import JobSpec
@@ -54,10 +60,14 @@ async def expert_iteration(job: JobSpec, run_dir: RunDir | Path, plan: WarmStart
 
     Raises ``DemoError`` when no sample succeeded (the message says how to get some).
     """
-    hooks = hooks or Hooks()
+    hooks, job = hooks or Hooks(), with_hint(job)
     root = warm_start_dir(RunDir.of(run_dir))
     tasks = load_split(job, "train", plan.tasks)
-    hooks.status(f"warm start: {plan.samples} samples of {len(tasks)} training tasks")
+    hint = job.training.rescue.hint if job.training.rescue is not None else None
+    if hint is not None:
+        tasks = hinted_tasks(tasks, hint)
+    hooks.status(f"warm start: {plan.samples} samples of {len(tasks)} training tasks"
+                 + (" (with training.rescue's hint in the prompt)" if hint is not None else ""))
     hooks.phase("warm start: sampling", len(tasks) * plan.samples)
     engine = None if model is None else build_engine(  # else the job's own, built by the evaluation
         job, policy=Policy(model, tokenizer), role="expert_iteration", max_batch_size=max_batch_size)

@@ -17,6 +17,11 @@ the loss's truncated importance weight ``min(pi(a | x) / mu(a | x, hint), tis_ca
 is honest, and small exactly where the hint mattered most. ``none`` counts them as sampled by the
 policy itself (weight 1): a biased, imitation-like push. ``python -m bench run rescue`` measures
 both against RL alone. Evaluations never see a hint.
+
+``hint: auto`` builds the hint from the item fields the grader reads (``reference_hint``: the
+same reads ``arft doctor`` checks rows for); ``arft doctor`` proposes that hint when its baseline
+finds tasks that never succeed. ``arft train --warm-start K`` samples with the hint too
+(``hinted_tasks``), and imitates the successes from the prompts without it.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from arft.config import JobError, JobSpec
 from arft.config.sections import BudgetSpec
 from arft.graders.templates import TemplateError, render_template
+from arft.graders.validate import item_reads
 from arft.records import Rollout, Task
 from arft.rollout.loop import task_tool_schemas
 from arft.rollout.runner import RolloutRunner
@@ -48,6 +55,53 @@ def zero_signal(group: Sequence[Rollout], mark: float, budget: BudgetSpec | None
     graded = [r.reward for r in group if r.reward is not None]
     return (advantages.dropped and len(graded) == len(group) and advantages.reason == "zero reward variance"
             and max(graded) < mark)
+
+
+AUTO_HINT = "auto"
+"""``training.rescue.hint: auto``: the hint is ``reference_hint`` of the job's grader."""
+
+
+def reference_hint(job: JobSpec) -> str | None:
+    """A hint template over every item field the grader reads (``{{ item.* }}`` templates,
+    ``item["key"]`` in a python grader and its helpers), or None when it reads none."""
+    paths = list(dict.fromkeys(path for _, path in item_reads(job.rl.grader_dict, job.base_dir)))
+    if not paths:
+        return None
+    fields = "; ".join(f"{_field_name(p)}: {{{{ {p} }}}}" for p in paths)
+    return f"(Reference for this task, which a correct answer agrees with: {fields}.)"
+
+
+def _field_name(path: str) -> str:
+    """``item.answer`` / ``item["answer"]`` -> ``answer`` (the words the hint shows the policy)."""
+    rest = path.strip()[len("item"):]
+    return rest.replace('["', ".").replace('"]', "").replace("['", ".").replace("']", "").strip(".") or path
+
+
+def with_hint(job: JobSpec) -> JobSpec:
+    """``job`` with ``training.rescue.hint: auto`` replaced by the template it stands for (so the
+    run's recorded job shows the hint the policy saw); other jobs unchanged."""
+    spec = job.training.rescue
+    if spec is None or spec.hint.strip() != AUTO_HINT:
+        return job
+    hint = reference_hint(job)
+    if hint is None:
+        raise JobError("training.rescue.hint: auto builds the hint from the item fields the grader reads, and "
+                       "this grader reads none (`arft doctor JOB` lists them): write the hint as a template "
+                       "over the row, e.g. \"The expected answer is {{ item.answer }}\"")
+    training = job.training.model_copy(update={"rescue": spec.model_copy(update={"hint": hint})})
+    return job.model_copy(update={"training": training})
+
+
+def hinted_tasks(tasks: Sequence[Task], template: str) -> list[Task]:
+    """``tasks`` with ``template`` rendered over each row as its hint; a row that lacks the
+    template's fields keeps no hint (it cannot be helped)."""
+    out = []
+    for task in tasks:
+        try:
+            out.append(hinted(task, render_template(template, {}, task.item)))
+        except TemplateError:
+            out.append(task)
+    return out
 
 
 def hinted(task: Task, hint: str) -> Task:

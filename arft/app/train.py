@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.policy import apply_init_from, policy_engine, sync_engine
-from arft.app.rescue import RESCUE_RUN_ID, rescue
+from arft.app.rescue import RESCUE_RUN_ID, rescue, with_hint
 from arft.app.resume import resume as resume_from
 from arft.app.run import job_record, open_run
 from arft.app.session import Hooks, Session, TrainResult, evaluate_step, on_done
@@ -203,7 +203,7 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
     ``model``/``tokenizer``/``grader`` may be passed in (tests, notebooks); otherwise they come
     from the job.
     """
-    rd, hooks = RunDir.of(run_dir), hooks or Hooks()
+    rd, hooks, job = RunDir.of(run_dir), hooks or Hooks(), with_hint(job)  # hint: auto, made concrete
     checkpoint = rd.latest_checkpoint() if resume else None
     if resume and checkpoint is None:
         raise CheckpointError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")

@@ -201,6 +201,23 @@ async def test_expert_iteration_samples_keeps_the_best_and_starts_rl_from_it(tmp
     assert rl.steps == 1 and 0 in rl.evals
 
 
+async def test_expert_iteration_samples_with_the_rescue_hint_and_imitates_without_it(
+        tmp_path: Path, tokenizer: Any) -> None:
+    from arft.app.expert_iteration import WarmStart, expert_iteration
+
+    job = load_job(write_job(tmp_path, rescue={"hint": "Hint: call lookup with the key."}))
+    plan = WarmStart(samples=2, tasks=2, sft=SftOptions(epochs=1, batch_size=2, best_of=1, evaluate=False))
+    _, warm = await expert_iteration(job, tmp_path / "rl", plan, model=tiny(tokenizer), tokenizer=tokenizer, **KW)
+    with RunDir(tmp_path / "rl" / "warm-start" / "samples").open_store() as store:
+        samples = store.rollouts("samples")
+    assert len(samples) == 4
+    for r in samples:  # the policy saw the hint; the record (and so the grader and the sft) did not
+        assert "Hint: call lookup with the key." in tokenizer.decode(list(r.token_ids[:r.prompt_len]))
+        assert all("Hint:" not in (m.content or "") for m in r.messages)
+    # Imitated from the job's own prompts: the recorded (hinted) ids cannot be used as they are.
+    assert warm.demos >= 1 and warm.recorded == 0
+
+
 async def test_teacher_behind_an_openai_endpoint_warm_starts_the_student(tmp_path: Path, tokenizer: Any) -> None:
     """A teacher's `arft eval` run through `engine: openai` (no token ids): its graded successes
     are rendered in the student's own format, the call and the answer as the assistant's tokens."""

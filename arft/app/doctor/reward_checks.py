@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter, defaultdict
 from functools import partial
@@ -34,12 +35,16 @@ WARM_START = ("warm-start it on demonstrations before RL: `arft import` your log
 """The warm-start advice, shared by the checks that find no signal for RL."""
 
 
-def _variance_advice(constants: set[float]) -> str:
-    """What to do when few tasks vary, from the grades the constant tasks always got."""
+def _variance_advice(constants: set[float], hint: str | None = None) -> str:
+    """What to do when few tasks vary, from the grades the constant tasks always got; ``hint``:
+    the privileged hint to propose (``arft.app.rescue.reference_hint``) where nothing succeeds."""
     if constants <= {0.0}:
+        rescue = ("; or, with no teacher, let arft rescue those groups with privileged hints from "
+                  f"the rows' reference fields: `training: {{rescue: {{hint: {json.dumps(hint)}}}}}` "
+                  "(or `hint: auto`; docs/training.md, Rescue)" if hint else "")
         return ("the model rarely succeeds: make the task easier, improve the prompt (worked "
                 "examples of the tool calls in the rows), give partial credit, start from a "
-                f"stronger model, or {WARM_START}")
+                f"stronger model, or {WARM_START}{rescue}")
     if min(constants) >= 1.0:
         return ("the model already solves these tasks every time: use harder tasks (or a "
                 "stricter grader) so there is something to learn")
@@ -72,7 +77,10 @@ def _syntax_advice(rollouts: Sequence[Rollout], has_tools: bool) -> str:
     return f"{what}: the model does not know your tools' syntax. {fix.capitalize()}; or {WARM_START}"
 
 
-def check_variance(rollouts: Sequence[Rollout], samples: int, has_tools: bool = False) -> Check:
+def check_variance(rollouts: Sequence[Rollout], samples: int, has_tools: bool = False,
+                   hint: str | None = None) -> Check:
+    """Enough tasks whose rewards vary between samples (else GRPO drops their groups); ``hint``:
+    the rescue hint to propose where none succeeds (None: the job has one, or nothing to build it on)."""
     done = partial(_check, "explore.variance",
                    threshold=f">= {MIN_VARIANCE_SHARE:.0%} of tasks with reward variance")
     per_task = {t: rs for t, rs in task_rewards(rollouts).items() if len(rs) >= 2}
@@ -92,7 +100,7 @@ def check_variance(rollouts: Sequence[Rollout], samples: int, has_tools: bool = 
                for v, n in Counter(constant.values()).most_common()]
     if share >= MIN_VARIANCE_SHARE:
         return done(verdict="pass", measured=measured, details=details)
-    advice = _syntax_advice(rollouts, has_tools) or _variance_advice(set(constant.values()))
+    advice = _syntax_advice(rollouts, has_tools) or _variance_advice(set(constant.values()), hint)
     return done(verdict="warn" if n_varied else "fail", measured=measured, details=details,
                 advice=advice)
 

@@ -11,6 +11,7 @@ from arft.app.doctor.reward_checks import audit_checks, check_pass_at_k, check_v
 from arft.app.doctor.task_checks import (check_drift, check_fields, check_grader, check_overlap,
                                          check_sizes, check_tools, DoctorData)
 from arft.app.evaluate import evaluate
+from arft.app.rescue import reference_hint
 from arft.app.run import Engine
 from arft.graders.base import Grader, close_grader
 from arft.graders.registry import build_grader
@@ -32,7 +33,8 @@ async def _explore(job: JobSpec, tasks: list[Task], samples: int, run_dir: RunDi
                        advice="fix the error, then run the doctor again"),
                 *skipped(EXPLORE[1:], "no baseline")], None
     rollouts = result.rollouts
-    return [check_variance(rollouts, samples, has_tools=bool(job.rl.tools)),
+    hint = reference_hint(job) if job.training.rescue is None else None
+    return [check_variance(rollouts, samples, has_tools=bool(job.rl.tools), hint=hint),
             check_pass_at_k(rollouts, samples)], rollouts
 
 

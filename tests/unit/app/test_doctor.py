@@ -210,6 +210,10 @@ def test_variance_verdicts() -> None:
     broken = [rollout("a", 0.0, status="infra_failed"), rollout("a", 0.0, error="boom")]
     c = check_variance(broken, 2)
     assert c.verdict == "fail" and "1 infra-failed, 1 grader errors" in c.measured
+    hint = "(Reference: answer: {{ item.answer }}.)"
+    proposed = check_variance(flat, 4, hint=hint).advice
+    assert '`training: {rescue: {hint: "(Reference: answer: {{ item.answer }}.)"}}`' in proposed
+    assert "hint" not in check_variance(split, 4, hint=hint).advice  # some succeed: no rescue needed
 
 
 def test_pass_at_k_verdicts() -> None:

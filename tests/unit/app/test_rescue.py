@@ -11,8 +11,8 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-from arft.app.rescue import hinted, prompt_ids, rescue, zero_signal
-from arft.config import JobSpec
+from arft.app.rescue import hinted, hinted_tasks, prompt_ids, rescue, with_hint, zero_signal
+from arft.config import JobError, JobSpec
 from arft.config.sections import BudgetSpec, RescueSpec
 from arft.engines.scripted import ScriptedEngine
 from arft.records import Message, Rollout, Score, Task
@@ -99,3 +99,44 @@ async def test_hinted_rollouts_are_stored_apart_and_solved_groups_are_left_alone
     missing = await rescue(r, RescueSpec(hint="{{ item.nothing }}"), (await r.run_many(TASKS[:1], G)), G,
                            TASKS[:1], base_seed=1, step=1)
     assert missing.tried == 0  # a row without the hint's fields cannot be helped
+
+
+GRADER_PY = '''
+def check(row, text):
+    return row["expected"] in text
+
+def grade(sample, item):
+    return float(check(item, sample["output_text"]))
+'''
+
+
+def _job(tmp_path: Path, grader: dict[str, Any], hint: str = "auto") -> JobSpec:
+    return JobSpec.model_validate({
+        "method": {"type": "reinforcement", "reinforcement": {"grader": grader}},
+        "training": {"rescue": {"hint": hint}}}).model_copy(update={"base_dir": tmp_path})
+
+
+def test_hint_auto_is_built_from_the_fields_the_grader_reads(tmp_path: Path) -> None:
+    (tmp_path / "grader.py").write_text(GRADER_PY)
+    multi = {"type": "multi", "name": "both", "calculate_output": "a * b", "graders": {
+        "a": {"type": "string_check", "name": "a", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.answer }}", "operation": "eq"},
+        "b": {"type": "python", "name": "b", "source_file": "grader.py"}}}
+    job = with_hint(_job(tmp_path, multi))
+    assert job.training.rescue is not None
+    hint = job.training.rescue.hint
+    # The template reads exactly what the grader reads, the python helper's subscript included.
+    assert hint == ('(Reference for this task, which a correct answer agrees with: answer: {{ item.answer }}; '
+                    'expected: {{ item["expected"] }}.)')
+    [task] = hinted_tasks([TASKS[0].model_copy(update={"item": {"answer": "40", "expected": "x"}})], hint)
+    assert task.hint is not None and "answer: 40; expected: x." in task.hint
+    assert hinted_tasks(TASKS[:1], hint)[0].hint is None  # a row without the fields keeps no hint
+    written = _job(tmp_path, multi, hint="Say {{ item.answer }}")
+    assert with_hint(written) is written  # a written template is left as it is
+
+
+def test_hint_auto_on_a_grader_that_reads_no_item_field_says_what_to_write(tmp_path: Path) -> None:
+    blind = {"type": "string_check", "name": "s", "input": "{{ sample.output_text }}", "reference": "yes",
+             "operation": "eq"}
+    with pytest.raises(JobError, match="reads none .* write the hint as a template"):
+        with_hint(_job(tmp_path, blind))
