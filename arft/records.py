@@ -209,10 +209,12 @@ class Rollout(Frozen):
     segments: tuple[TokenSegment, ...] = ()
     """The earlier segments of a trajectory whose history was rewritten (an agent program through
     the gateway); ``token_ids`` etc. are the last segment. Empty for append-only trajectories."""
-    rescued: Literal["tis", "none"] | None = None
-    """Sampled with a privileged hint (``training.rescue``; ``Task.hint``, never in ``messages``)
-    and recorded as if sampled without it: ``token_ids`` start with the prompt without the hint. The value is how its
-    recorded logprobs are weighted in the loss (``RescueSpec.correction``); None: an ordinary rollout."""
+    rescued: Literal["tis", "none", "explore"] | None = None
+    """Put in a stuck group by ``training.rescue``. ``tis``/``none``: sampled with a privileged
+    hint (``Task.hint``, never in ``messages``) and recorded as if sampled without it (``token_ids``
+    start with the prompt without the hint); the value is how its recorded logprobs are weighted in
+    the loss (``RescueSpec.correction``). ``explore``: sampled at ``explore_temperature``, its
+    logprobs those of that distribution. None: an ordinary rollout."""
     output: str | None = None
     """An agent program's final output, as it returned it (JSON text for a JSON value); None for
     arft's own loop, whose output is its last assistant message (``output_text``)."""

@@ -11,6 +11,9 @@ meet in practice:
 * one training **step** is ``+ 1_000_000`` (``step_seed``), room for 1000 rollouts a step;
 * **evaluations** start ``EVAL_SEED_OFFSET`` above the run's seed (``eval_seed``), the same at
   every step, so eval curves compare like with like;
+* a stuck group's **rescue** samples (``training.rescue``) take step seeds of their own:
+  ``HINT_SEED_OFFSET`` above the run's seed for the hinted rung, ``EXPLORE_SEED_OFFSET`` for the
+  hotter one;
 * the **data order** of epoch ``e`` shuffles with ``seed * 1_000_003 + e`` (``data_order_seed``).
 
 These numbers are part of every stored run's meaning: changing one changes what a seeded run
@@ -21,6 +24,10 @@ from __future__ import annotations
 
 EVAL_SEED_OFFSET = 7_919_000
 """Evaluations sample from ``seed + EVAL_SEED_OFFSET``: away from every training step's seeds."""
+HINT_SEED_OFFSET = 7_777_777
+"""Rescue's hinted samples: the step seeds of ``seed + HINT_SEED_OFFSET``."""
+EXPLORE_SEED_OFFSET = 5_555_555
+"""Rescue's exploration rung (``explore_temperature``): the step seeds of ``seed + EXPLORE_SEED_OFFSET``."""
 _DATA_ORDER_MULTIPLIER = 1_000_003
 """A prime, so neighbouring run seeds give unrelated epoch orders."""
 _STEP_SPACING = 1_000_000

@@ -1,9 +1,11 @@
 """Privileged hints rescue zero-signal groups: RL with hints beats RL alone on plain rows (goal +30 points).
 
-RL alone against RL with ``training.rescue`` (each correction), side by side in one command, on
-the same job, seed, training order and held-out tasks, with no teacher and no demonstrations.
+RL alone against RL with ``training.rescue`` (each rung and correction), side by side in one
+command, on the same job, seed, training order and held-out tasks, with no teacher and no
+demonstrations.
 
-    python -m bench run rescue [ENV] [--steps S] [--arms rl,tis,none] [--tasks N]
+    python -m bench run rescue [ENV] [--steps S] [--arms rl,tis,none,explore,both] [--tasks N]
+        [--explore-temperature T]
 
 ENV (default ``finance_lookup``) is a folder under ``examples/`` with a ``job_plain.yaml`` (rows
 as real traffic has them) and a hint in ``HINTS`` (a template over the row: the expected call).
@@ -11,10 +13,14 @@ Arms, one after the other:
 
 1. ``rl``: ``arft train`` as the job says;
 2. ``tis``: the same with ``training.rescue`` (the hinted samples importance-weighted);
-3. ``none``: the same with ``correction: none`` (hinted samples as if sampled by the policy).
+3. ``none``: the same with ``correction: none`` (hinted samples as if sampled by the policy);
+4. ``explore``: the exploration rung alone (``explore_temperature``: near-identical stuck groups
+   sampled again, hotter, without a hint);
+5. ``both``: the exploration rung, then hints (``tis``) for the groups still stuck.
 
-Printed: eval reward at the untrained baseline and after each arm, per step; rescued groups and
-the hinted share of the trained sequences per step; each arm's wall time. Results:
+Printed: eval reward at the untrained baseline and after each arm, per step; rescued groups (and
+which rung rescued them) and the hinted share of the trained sequences per step; each arm's wall
+time. Results:
 ``bench/results/rescue_<ENV>.json``.
 """
 
@@ -31,8 +37,8 @@ from typing import Any, Sequence
 from bench.lib.case_runs import EXAMPLES, evals_of, extra_metrics
 from bench.lib.harness import OUT, ROOT, log, record
 
-SLOW = True  # three 10-step training runs of an example
-QUICK = ["calculator", "--steps", "1", "--tasks", "2", "--arms", "rl,tis"]
+SLOW = True  # up to five training runs of an example
+QUICK = ["calculator", "--steps", "1", "--tasks", "2", "--arms", "rl,both"]
 
 HINTS = {
     "finance_lookup": 'To answer, call cat with {"path": "reports/{{ item.report }}"} and read the '
@@ -52,8 +58,14 @@ def job_of(env: str, arm: str, args: argparse.Namespace) -> Any:
     training: dict[str, Any] = {}
     if args.steps:
         training["max_steps"] = args.steps
-    if arm != "rl":
+    if arm in ("tis", "none"):
         training["rescue"] = RescueSpec(hint=HINTS[env], correction=arm)  # type: ignore[arg-type]
+    elif arm == "explore":
+        training["rescue"] = RescueSpec(explore_temperature=args.explore_temperature)
+    elif arm == "both":
+        training["rescue"] = RescueSpec(hint=HINTS[env], explore_temperature=args.explore_temperature)
+    elif arm != "rl":
+        raise SystemExit(f"unknown arm {arm!r}: use rl, tis, none, explore or both")
     if args.tasks:
         training["eval_tasks"] = args.tasks
     return job.model_copy(update={"training": job.training.model_copy(update=training)})
@@ -65,10 +77,12 @@ def hooks(steps: dict[int, dict[str, float]]) -> Any:
 
     def step_done(step: int, m: dict[str, float]) -> None:
         steps[step] = {k: m[k] for k in ("train/task_reward_mean", "train/groups_dropped", "train/groups",
-                                         "train/groups_rescued", "train/hinted_share", "time/step_s") if k in m}
+                                         "train/groups_rescued", "train/groups_explored", "train/hinted_share",
+                                         "train/explored_share", "time/step_s") if k in m}
         log(f"  step {step}: {m.get('time/step_s', 0):.0f} s, train reward {m.get('train/task_reward_mean', 0):.3f}, "
             f"dropped {m.get('train/groups_dropped', 0):.0f}/{m.get('train/groups', 0):.0f}, rescued "
-            f"{m.get('train/groups_rescued', 0):.0f}, hinted {100 * m.get('train/hinted_share', 0):.0f}%")
+            f"{m.get('train/groups_rescued', 0):.0f} ({m.get('train/groups_explored', 0):.0f} by exploring), "
+            f"hinted {100 * m.get('train/hinted_share', 0):.0f}%")
 
     return Hooks(status=lambda s: log(f"  {s}"), step_done=step_done,
                  eval_done=lambda step, s: log(f"  eval @ step {step}: {summary_line(s)}"))
@@ -95,12 +109,14 @@ def verdict(res: dict[str, Any]) -> str:
     for name, a in arms.items():
         last = a["evals"][max(a["evals"], key=int)]["reward"]
         rescued = sum(s.get("train/groups_rescued", 0) for s in a["steps"].values())
+        explored = sum(s.get("train/groups_explored", 0) for s in a["steps"].values())
         parts.append(f"{name} {last:.2f} ({100 * (last - base):+.0f} pts"
-                     + (f", {rescued:.0f} groups rescued" if name != "rl" else "") + ")")
+                     + (f", {rescued:.0f} groups rescued, {explored:.0f} of them by exploring"
+                        if name != "rl" else "") + ")")
     gains = {n: a["evals"][max(a["evals"], key=int)]["reward"] for n, a in arms.items()}
     best = max((n for n in gains if n != "rl"), key=lambda n: gains[n], default=None)
     if best is not None:
-        parts.append(f"hints - RL alone: {100 * (gains[best] - gains['rl']):+.0f} pts ({best}; goal +30)")
+        parts.append(f"rescue - RL alone: {100 * (gains[best] - gains['rl']):+.0f} pts ({best}; goal +30)")
     return "; ".join(parts)
 
 
@@ -121,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("env", nargs="?", default="finance_lookup", choices=sorted(HINTS))
     p.add_argument("--steps", type=int, help="override training.max_steps")
     p.add_argument("--tasks", type=int, help="evaluate on the first N validation tasks only")
-    p.add_argument("--arms", default="rl,tis,none")
+    p.add_argument("--arms", default="rl,tis,none,explore,both")
+    p.add_argument("--explore-temperature", type=float, default=1.5,
+                   help="the exploration rung's sampling temperature (arms explore and both)")
     args = p.parse_args(argv)
     out = OUT / f"rescue_{args.env}"
     env_dir = ROOT / "examples" / args.env

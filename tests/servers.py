@@ -4,13 +4,14 @@ contract and of an OpenAI-compatible chat server)."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 
 from arft.serving import free_port, serve
 
-__all__ = ["chat_completion", "free_port", "recording_app", "serve", "tool_output"]
+__all__ = ["chat_completion", "chat_model_app", "free_port", "recording_app", "serve", "tool_output"]
 
 
 def recording_app(route: str, bodies: list[dict[str, Any]],
@@ -41,3 +42,25 @@ def chat_completion(body: dict[str, Any], message: dict[str, Any], finish_reason
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
             "usage": {"prompt_tokens": 10, "completion_tokens": completion_tokens,
                       "total_tokens": 10 + completion_tokens}}
+
+
+Reply = str | tuple[str, str]
+"""A fake model's answer: the assistant's text, or ``(tool name, arguments JSON)`` for one call."""
+
+
+def chat_model_app(reply: Callable[[list[dict[str, Any]]], Reply]) -> FastAPI:
+    """A fake OpenAI-compatible model at ``/v1/chat/completions``: ``reply(messages)`` decides
+    each answer (a text, or one tool call with a fresh call id)."""
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: Request) -> dict[str, Any]:
+        body = await req.json()
+        out = reply(body["messages"])
+        if isinstance(out, str):
+            return chat_completion(body, {"role": "assistant", "content": out})
+        call = {"id": f"call_{secrets.token_hex(4)}", "type": "function",
+                "function": {"name": out[0], "arguments": out[1]}}
+        return chat_completion(body, {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls")
+
+    return app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from arft.app.run import Engine, job_record, open_run
@@ -13,6 +13,7 @@ from arft.data.splits import Split
 from arft.graders.base import Grader
 from arft.metrics.summary import EvalSummary, summarize
 from arft.records import Rollout, Task
+from arft.tools.cassette import CassetteCounts, cassette_counts
 from arft.tracing.run_dir import RunDir
 
 
@@ -22,6 +23,8 @@ class EvalResult:
     run_dir: RunDir
     rollouts: list[Rollout]
     summary: EvalSummary
+    cassette: CassetteCounts | None = None
+    """What the tool cassette did (``rollout.tool_cassette``); None when it is off."""
 
 
 async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: RunDir | Path, *,
@@ -38,9 +41,14 @@ async def evaluate(job: JobSpec, tasks: list[Task], samples: int, run_dir: RunDi
     async with open_run(job, run_dir, engine=engine, grader=grader, splits={split: tasks}, on_status=on_status) as run:
         run.store.create_run(run_id, "eval", {**job_record(job), "split": split})  # arft export reads the split
         on_status("running rollouts")
-        rollouts = await run.runner.run_many(tasks, samples, run_id=run_id, seed=job.sampling.seed,
-                                             on_done=on_done)
+        with run.telemetry.run(run_id, "eval"):  # the run's span; each rollout's trace links to it
+            rollouts = await run.runner.run_many(tasks, samples, run_id=run_id, seed=job.sampling.seed,
+                                                 on_done=on_done)
         summary = summarize(rollouts)
-        run_dir.summary.write_text(json.dumps(summary.model_dump(mode="json"), indent=2))
+        counts = cassette_counts(run.toolbox)
+        stored = summary.model_dump(mode="json") | ({"cassette": asdict(counts)} if counts else {})
+        run_dir.summary.write_text(json.dumps(stored, indent=2))
+        if counts is not None:  # misses are never silent: the run's metrics say how many
+            run.store.add_metrics(run_id, 0, counts.metrics())
         run.store.finish_run(run_id, "completed")
-    return EvalResult(run_id=run_id, run_dir=run_dir, rollouts=rollouts, summary=summary)
+    return EvalResult(run_id=run_id, run_dir=run_dir, rollouts=rollouts, summary=summary, cassette=counts)

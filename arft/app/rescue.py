@@ -18,6 +18,13 @@ is honest, and small exactly where the hint mattered most. ``none`` counts them 
 policy itself (weight 1): a biased, imitation-like push. ``python -m bench run rescue`` measures
 both against RL alone. Evaluations never see a hint.
 
+A cheaper rung comes first (``explore_temperature``): a stuck group whose samples are
+near-identical (``near_identical``: the grammar and a peaked policy often sample the same call
+every time) is sampled again, without a hint, at a higher temperature. Those rollouts are on the
+un-hinted prompt already; their recorded logprobs are the hotter sampler's, so the loss's
+truncated importance weight corrects for the temperature as for any stale sampler. Only groups
+still stuck go on to the hint. ``Rescued.by_rung`` says which rung rescued each group.
+
 ``hint: auto`` builds the hint from the item fields the grader reads (``reference_hint``: the
 same reads ``arft doctor`` checks rows for); ``arft doctor`` proposes that hint when its baseline
 finds tasks that never succeed. ``arft train --warm-start K`` samples with the hint too
@@ -26,8 +33,11 @@ finds tasks that never succeed. ``arft train --warm-start K`` samples with the h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal, Sequence
+
+from rapidfuzz.distance import Indel
 
 from arft.config import JobError, JobSpec
 from arft.config.sections import BudgetSpec
@@ -36,7 +46,7 @@ from arft.graders.validate import item_reads
 from arft.records import Rollout, Task
 from arft.rollout.loop import task_tool_schemas
 from arft.rollout.runner import RolloutRunner
-from arft.seeds import step_seed
+from arft.seeds import EXPLORE_SEED_OFFSET, HINT_SEED_OFFSET, step_seed
 from arft.trainer.advantages import budget_penalty_of, shaped_group_advantages
 
 if TYPE_CHECKING:
@@ -44,7 +54,6 @@ if TYPE_CHECKING:
 
 RESCUE_RUN_ID = "train:rescue"
 """The run id the hinted rollouts are stored under (they are graded, never trained as stored)."""
-_SEED_OFFSET = 7_777_777  # hinted samples draw seeds of their own, apart from the step's
 
 
 def zero_signal(group: Sequence[Rollout], mark: float, budget: BudgetSpec | None = None) -> bool:
@@ -81,7 +90,7 @@ def with_hint(job: JobSpec) -> JobSpec:
     """``job`` with ``training.rescue.hint: auto`` replaced by the template it stands for (so the
     run's recorded job shows the hint the policy saw); other jobs unchanged."""
     spec = job.training.rescue
-    if spec is None or spec.hint.strip() != AUTO_HINT:
+    if spec is None or spec.hint is None or spec.hint.strip() != AUTO_HINT:
         return job
     hint = reference_hint(job)
     if hint is None:
@@ -122,46 +131,93 @@ def rebased(rollout: Rollout, prompt_ids: Sequence[int], correction: str) -> Rol
         "prompt_len": p, "rescued": correction})
 
 
+def near_identical(group: Sequence[Rollout], similarity: float) -> bool:
+    """The group's sampled tokens (the policy's own, ``loss_mask`` 1: not the prompt nor the tool
+    results) are alike: their mean pairwise normalised Indel similarity is at least ``similarity``.
+    Such a group gains nothing from being sampled again the same way; a hotter sampler may find
+    what it missed."""
+    sampled = [[t for t, m in zip(r.token_ids, r.loss_mask) if m] if r.loss_mask else list(r.token_ids[r.prompt_len:])
+               for r in group]
+    pairs = [(a, b) for i, a in enumerate(sampled) for b in sampled[i + 1:]]
+    if not pairs:
+        return True
+    return sum(Indel.normalized_similarity(a, b) for a, b in pairs) / len(pairs) >= similarity
+
+
+Rung = Literal["explore", "hint"]
+
+
 @dataclass
 class Rescued:
     """The step's rollouts after rescue, and what rescue did."""
 
     rollouts: list[Rollout]
     tried: int
-    """Groups sampled again with their hint."""
+    """Groups sampled again (on either rung; a group that goes through both counts once)."""
     rescued: int
-    """Groups that now hold at least one hinted rollout that did better."""
+    """Groups that now hold at least one new rollout that did better."""
+    by_rung: dict[int, Rung] = field(default_factory=dict)
+    """The rung that rescued each rescued group (its index in the step's tasks)."""
 
 
 async def rescue(runner: RolloutRunner, spec: RescueSpec, rollouts: list[Rollout], group_size: int,
                  tasks: Sequence[Task], *, base_seed: int, step: int, budget: BudgetSpec | None = None) -> Rescued:
     """Rescue the zero-signal groups of one step (``rollouts``: ``group_size`` per task of
-    ``tasks``, in order); see the module docstring."""
+    ``tasks``, in order): the exploration rung, then the hint rung; see the module docstring."""
     groups = [rollouts[i:i + group_size] for i in range(0, len(rollouts), group_size)]
-    stuck: list[tuple[int, Task]] = []
-    for i, (task, group) in enumerate(zip(tasks, groups)):
-        try:
-            hint = render_template(spec.hint, {}, task.item)
-        except TemplateError:  # this row lacks the hint's fields: it cannot be helped
-            continue
-        if zero_signal(group, spec.mark, budget):
-            stuck.append((i, hinted(task, hint)))
-    if not stuck:
-        return Rescued(rollouts, 0, 0)
-    samples = spec.samples or group_size
-    more = await runner.run_many([t for _, t in stuck], samples, run_id=RESCUE_RUN_ID, step=step,
-                                 seed=step_seed(base_seed + _SEED_OFFSET, step, samples))
-    rescued = 0
-    for k, (i, _) in enumerate(stuck):
-        floor = groups[i][0].reward
-        better = sorted((r for r in more[k * samples:(k + 1) * samples]
-                         if r.reward is not None and floor is not None and r.reward > floor and r.token_ids),
-                        key=lambda r: -(r.reward or 0.0))[:group_size - spec.keep_unhinted]
-        if better:
-            prompt = prompt_ids(runner, tasks[i])
-            groups[i] = groups[i][:group_size - len(better)] + [rebased(r, prompt, spec.correction) for r in better]
-            rescued += 1
-    return Rescued([r for g in groups for r in g], len(stuck), rescued)
+    stuck = [i for i, group in enumerate(groups) if zero_signal(group, spec.mark, budget)]
+    tried: set[int] = set()
+    by_rung: dict[int, Rung] = {}
+    redo = _Redo(spec, groups, group_size, step, spec.samples or group_size)
+    if spec.explore_temperature is not None:
+        same = [i for i in stuck if near_identical(groups[i], spec.similarity)]
+        hot = replace(runner, params=runner.params.model_copy(update={"temperature": spec.explore_temperature}))
+        tried.update(same)
+        for i in await redo.run(hot, [(i, tasks[i]) for i in same], base_seed + EXPLORE_SEED_OFFSET,
+                                lambda r, i: r.model_copy(update={"rescued": "explore"})):
+            by_rung[i] = "explore"
+    if spec.hint is not None:
+        hint = spec.hint
+        todo = [(i, t) for i in stuck if i not in by_rung
+                for t in hinted_tasks([tasks[i]], hint) if t.hint is not None]
+        tried.update(i for i, _ in todo)
+        for i in await redo.run(runner, todo, base_seed + HINT_SEED_OFFSET,
+                                lambda r, i: rebased(r, prompt_ids(runner, tasks[i]), spec.correction)):
+            by_rung[i] = "hint"
+    return Rescued([r for g in groups for r in g], len(tried), len(by_rung), by_rung)
+
+
+@dataclass
+class _Redo:
+    """One rung's resampling: stuck groups sampled again, the better rollouts swapped in."""
+
+    spec: RescueSpec
+    groups: list[list[Rollout]]
+    group_size: int
+    step: int
+    samples: int
+
+    async def run(self, runner: RolloutRunner, todo: list[tuple[int, Task]], seed: int,
+                  as_trained: Callable[[Rollout, int], Rollout]) -> list[int]:
+        """Sample each ``(group index, task)`` again; the rollouts that did better than the group
+        (best first, ``keep_unhinted`` of its own kept) replace its last ones, made into what is
+        trained by ``as_trained``. Returns the indices of the groups that got one."""
+        if not todo:
+            return []
+        n = self.samples
+        more = await runner.run_many([t for _, t in todo], n, run_id=RESCUE_RUN_ID, step=self.step,
+                                     seed=step_seed(seed, self.step, n))
+        won = []
+        for k, (i, _) in enumerate(todo):
+            floor = self.groups[i][0].reward
+            better = sorted((r for r in more[k * n:(k + 1) * n]
+                             if r.reward is not None and floor is not None and r.reward > floor and r.token_ids),
+                            key=lambda r: -(r.reward or 0.0))[:self.group_size - self.spec.keep_unhinted]
+            if better:
+                kept = self.groups[i][:self.group_size - len(better)]
+                self.groups[i] = kept + [as_trained(r, i) for r in better]
+                won.append(i)
+        return won
 
 
 def prompt_ids(runner: RolloutRunner, task: Task) -> list[int]:

@@ -32,7 +32,9 @@ from arft.records import Task
 from arft.rollout.runner import RolloutRunner, workspace_template
 from arft.secrets import check as check_secrets
 from arft.secrets import redact, redacting_logs
-from arft.tools.registry import Toolbox, open_toolbox
+from arft.telemetry import NO_TELEMETRY, Telemetry, open_telemetry
+from arft.tools.cassette import open_tools
+from arft.tools.registry import Toolbox
 from arft.tracing.run_dir import RunDir
 from arft.tracing.store import RunStore
 
@@ -50,6 +52,8 @@ class Run:
     grader: Grader
     store: RunStore
     runner: RolloutRunner
+    telemetry: Telemetry = NO_TELEMETRY
+    """The run's OpenTelemetry export (``logging.opentelemetry``; a no-op by default)."""
 
 
 def check_tools(job: JobSpec, tasks: Sequence[Task], toolbox: Toolbox, split: Split) -> None:
@@ -76,6 +80,8 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
     secret_values = check_secrets(job.model_dump(mode="json"))
     async with AsyncExitStack() as stack:
         stack.enter_context(redacting_logs(secret_values))
+        telemetry = open_telemetry(job, secret_values)  # first: a missing extra stops the run before the model loads
+        stack.callback(telemetry.close)  # last out: every span has ended, the buffer is sent
         own_grader = grader is None
         grader = grader if grader is not None else build_grader(job.rl.grader, job.base_dir)
         if own_grader:
@@ -90,7 +96,7 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
         if close_engine:
             stack.push_async_callback(engine.aclose)
         on_status("starting tools")
-        toolbox = await open_toolbox(job.rl.tools, job.base_dir)
+        toolbox = await open_tools(job, run_dir.path, secret_values)  # a cassette's too (tool_cassette)
         stack.push_async_callback(toolbox.aclose)
         for split, tasks in (splits or {}).items():
             if job.agent.type == "arft":  # an agent program brings its own tools
@@ -99,12 +105,13 @@ async def open_run(job: JobSpec, run_dir: RunDir, *, engine: Engine | None = Non
         store = stack.enter_context(RunStore(run_dir.store))
         runner = RolloutRunner.from_job(job, engine, toolbox, grader, store=store,
                                         workspace_root=run_dir.workspaces)
+        runner.telemetry = telemetry
         if job.agent.type != "arft":
             from arft.app.gateway.driver import program_driver  # fastapi and uvicorn load only here
 
             on_status("starting the gateway for the agent program")
-            runner.driver = await stack.enter_async_context(program_driver(job, engine))
-        yield Run(job, run_dir, engine, toolbox, grader, store, runner)
+            runner.driver = await stack.enter_async_context(program_driver(job, engine, telemetry))
+        yield Run(job, run_dir, engine, toolbox, grader, store, runner, telemetry)
 
 
 async def _stop(task: asyncio.Future[None]) -> None:

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from arft.config import JobSpec
 from arft.metrics.sinks import MetricSink
 from arft.metrics.summary import EvalSummary, flat_metrics, summarize
+from arft.monitors import Alarm, Monitors
 from arft.records import Rollout, Task, TrainBatch
 from arft.seeds import eval_seed
+from arft.telemetry import NO_TELEMETRY, Telemetry
 from arft.tracing.run_dir import RunDir
 from arft.tracing.store import RunStore
 from arft.trainer.memory import release_memory
@@ -39,6 +41,8 @@ class TrainResult:
     evals: dict[int, EvalSummary] = field(default_factory=dict)
     """Step -> summary of the validation set at that step (0 = the baseline)."""
     history: list[dict[str, float]] = field(default_factory=list)
+    alarms: list[Alarm] = field(default_factory=list)
+    """The live monitors' alarms, in the order they fired (``arft.app.monitoring``)."""
 
 
 @dataclass
@@ -50,6 +54,8 @@ class Hooks:
     rollout_done: Callable[[Rollout], None] = lambda r: None
     step_done: Callable[[int, dict[str, float]], None] = lambda step, m: None
     eval_done: Callable[[int, EvalSummary], None] = lambda step, summary: None
+    alarm: Callable[[Alarm], None] = lambda alarm: None
+    """A live monitor's rule started to hold (``arft.app.monitoring``)."""
     point: Callable[[str, int], None] = lambda name, step: None
     """Called at named moments of a step (``arft.app.faults.POINTS``) with the step's number, so
     a fault-injection test can kill the process exactly there; nothing else needs it."""
@@ -122,6 +128,10 @@ class Session:
     result: TrainResult
     sinks: list[MetricSink] = field(default_factory=list)
     """The store and metrics.jsonl always; TensorBoard / W&B / MLflow as ``job.logging`` says."""
+    telemetry: Telemetry = NO_TELEMETRY
+    """The run's OpenTelemetry spans (``logging.opentelemetry``; a no-op by default, and on Ray)."""
+    monitors: Monitors | None = None
+    """The live monitors of ``arft train`` (``job.monitors``); None where none run (``arft sft``)."""
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         """One metric row to every sink (the ``metrics`` point after each)."""
@@ -140,8 +150,9 @@ async def evaluate_step(s: Session, step: int) -> EvalSummary:
     while store.has_run(eval_id):  # a fresh run in a used run directory: keep both (a resume drops later ones)
         eval_id, n = f"{s.run_id}:eval-{step:06d}-r{n}", n + 1
     store.create_run(eval_id, "eval", {"step": step, "split": "validation"})  # arft export reads the split
-    rollouts = await s.run.runner.run_many(s.val_tasks, k, run_id=eval_id, step=step,
-                                           seed=eval_seed(job.seed), on_done=on_done(s.hooks, "eval", step))
+    with s.telemetry.evaluation(eval_id, step):
+        rollouts = await s.run.runner.run_many(s.val_tasks, k, run_id=eval_id, step=step, seed=eval_seed(job.seed),
+                                               on_done=on_done(s.hooks, "eval", step))
     release_memory()
     summary = summarize(rollouts)
     s.metrics(step, flat_metrics(summary, EVAL_METRICS))

@@ -34,9 +34,10 @@ from arft.app.ahead import Ahead, Generated, fresh
 from arft.app.policy import apply_init_from, policy_engine, sync_engine
 from arft.app.rescue import RESCUE_RUN_ID, rescue, with_hint
 from arft.app.resume import resume as resume_from
-from arft.app.run import job_record, open_run
+from arft.app.run import Run, job_record, open_run
+from arft.app.monitoring import announce, open_monitors, watch_evals, watch_step
 from arft.app.session import Hooks, Session, TrainResult, evaluate_step, on_done
-from arft.config import JobSpec
+from arft.config import JobError, JobSpec
 from arft.cpu import threads as cpu_threads
 from arft.data.order import Cursor, batch_for, steps_per_epoch
 from arft.data.splits import Split, load_split
@@ -46,6 +47,7 @@ from arft.metrics.summary import flat_metrics, summarize
 from arft.records import Rollout, Task, TrainBatch
 from arft.rollout.runner import RolloutRunner
 from arft.together import together
+from arft.tools.cassette import cassette_counts
 from arft.tracing.run_dir import RunDir
 from arft.seeds import step_seed
 from arft.trainer.advantages import batch_advantages, budget_penalty_of, shaped_group_advantages
@@ -94,15 +96,27 @@ def _resampled(job: JobSpec, plan: _Plan, n_rollouts: int) -> dict[str, float]:
 
 
 def _rescue_metrics(job: JobSpec, plan: _Plan, rollouts: list[Rollout], batch: TrainBatch) -> dict[str, float]:
-    """``train/groups_rescued`` and ``train/hinted_share`` (of the sequences trained) under
-    ``training.rescue``."""
+    """Under ``training.rescue``: ``train/groups_rescued`` (by either rung), ``train/groups_explored``
+    (by the exploration rung), and the shares of the trained sequences that were hinted or hotter."""
     if job.training.rescue is None:
         return {}
     g = plan.group_size
-    groups = sum(any(r.rescued for r in rollouts[i:i + g]) for i in range(0, len(rollouts), g))
-    hinted = {r.trace_id for r in rollouts if r.rescued}
-    share = sum(t in hinted for t in batch.trace_ids) / max(len(batch.trace_ids), 1)
-    return {"train/groups_rescued": float(groups), "train/hinted_share": share}
+    groups = [rollouts[i:i + g] for i in range(0, len(rollouts), g)]
+    trained = max(len(batch.trace_ids), 1)
+
+    def share(kinds: tuple[str, ...]) -> float:
+        ids = {r.trace_id for r in rollouts if r.rescued in kinds}
+        return sum(t in ids for t in batch.trace_ids) / trained
+
+    return {"train/groups_rescued": float(sum(any(r.rescued for r in group) for group in groups)),
+            "train/groups_explored": float(sum(any(r.rescued == "explore" for r in group) for group in groups)),
+            "train/hinted_share": share(("tis", "none")), "train/explored_share": share(("explore",))}
+
+
+def _cassette_metrics(t: Session) -> dict[str, float]:
+    """``cassette/*`` (so far in this process) when the job records or replays its tool calls."""
+    counts = cassette_counts(t.run.toolbox) if isinstance(t.run, Run) else None
+    return counts.metrics() if counts is not None else {}
 
 
 async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Generated[Cursor]:
@@ -112,6 +126,7 @@ async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Ge
     idx, after = batch_for(cursor, len(plan.train_tasks), job.rl.hyperparameters.resolved("batch_size"),
                            job.seed)
     tasks = [plan.train_tasks[i] for i in idx]
+    t.telemetry.step_begin(after.step)
     t.hooks.phase(f"step {after.step}/{plan.total_steps}", len(tasks) * plan.group_size)
     t.hooks.point("step", after.step)
     rollouts = await _run_tasks(t, plan, tasks, after.step, done=0)
@@ -170,28 +185,35 @@ async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s
     advantages, reward_metrics = batch_advantages(rollouts, plan.group_size, job.budget, job.training.normalize_std)
     batch = to_train_batch(rollouts, advantages)
     t.hooks.point("update", after.step)
-    if not batch.input_ids:
-        update = {"update/tokens": 0.0}
-    elif bound > 0:  # the next steps' rollouts are generated meanwhile, from the engine's own copy
-        update = await cpu_threads.to_thread(t.learner.update, batch)
-    else:
-        update = t.learner.update(batch)
+    with t.telemetry.update(after.step):
+        if not batch.input_ids:
+            update = {"update/tokens": 0.0}
+        elif bound > 0:  # the next steps' rollouts are generated meanwhile, from the engine's own copy
+            update = await cpu_threads.to_thread(t.learner.update, batch)
+        else:
+            update = t.learner.update(batch)
     release_memory()
     if batch.input_ids:  # the weights changed: the engine's copy must follow
-        update |= await sync_engine(t, after.step)
+        with t.telemetry.sync(after.step):
+            update |= await sync_engine(t, after.step)
     t_update = time.perf_counter() - t1
     values = {**flat_metrics(summarize(rollouts), "train"), **reward_metrics, **update,
               "train/sequences": float(len(batch.input_ids)),
               "train/off_policy_steps": float(generated.off_policy_steps()),
               "train/stale_dropped": float(stale),
               **_resampled(job, plan, len(rollouts)), **_rescue_metrics(job, plan, rollouts, batch),
+              **_cassette_metrics(t),
               "time/rollouts_s": generated.seconds, "time/update_s": t_update,
               "time/step_s": waited_s + t_update}
     if bound > 0:
         values["time/wait_rollouts_s"] = waited_s
+    watched = watch_step(t, plan.group_size, after.step, values, rollouts)  # the live monitors
+    values |= watched.values
     t.metrics(after.step, values)
+    t.telemetry.step_end(after.step, values)
     t.result.history.append({"step": after.step, **values})
     t.hooks.step_done(after.step, values)
+    announce(t, after, plan.total_steps, watched.alarms)  # under monitors.on_alarm: stop, ends the run
     return after
 
 
@@ -209,6 +231,9 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
         raise CheckpointError(f"{rd.path} has no checkpoint to resume from: start a new run without --resume")
     plan = _Plan.of(job)
     result = TrainResult(rd.path, plan.total_steps)
+    if job.cluster.ray is not None and job.rollout.tool_cassette.mode != "off":
+        raise JobError("rollout.tool_cassette records or replays in one process; the Ray workers call "
+                       "their tools themselves: drop cluster.ray (or --ray) to record or replay")
     if job.cluster.ray is not None:  # the same loop, over Ray actors (arft.app.cluster)
         from arft.app.cluster.driver import open_cluster_run
 
@@ -227,7 +252,8 @@ async def train(job: JobSpec, run_dir: RunDir | Path, *, resume: bool = False, m
         lr = base_learning_rate(job.training, job.rl.hyperparameters.resolved("learning_rate_multiplier"))
         learner = Learner(policy, job.training, lr, plan.total_steps, job.sampling.temperature,
                           tokenizer.pad_token_id or 0)
-        await _session(Session(run, learner, TRAIN_RUN_ID, plan.val_tasks, hooks, result), plan, checkpoint)
+        await _session(Session(run, learner, TRAIN_RUN_ID, plan.val_tasks, hooks, result, telemetry=run.telemetry),
+                       plan, checkpoint)
     return result
 
 
@@ -245,15 +271,18 @@ async def _session(t: Session, plan: _Plan, checkpoint: Path | None) -> None:
         run.store.create_run(RESCUE_RUN_ID, "rescue", {"hint": run.job.training.rescue.hint})
     t.sinks = open_sinks(run.job, run.run_dir.path, run.store, TRAIN_RUN_ID,
                          resumed_from=cursor.step if checkpoint is not None else None)
+    open_monitors(t, plan.group_size, cursor.step if checkpoint is not None else None)
     try:
-        await _loop(t, plan, cursor)
+        with t.telemetry.run(TRAIN_RUN_ID, "train"):
+            await _loop(t, plan, cursor)
     finally:
         close_sinks(t.sinks)
     run.store.finish_run(TRAIN_RUN_ID, "completed")
 
 
 async def _loop(t: Session, plan: _Plan, cursor: Cursor) -> None:
-    await sync_engine(t, cursor.step)  # a resumed or warm-started policy is not the base
+    with t.telemetry.sync(cursor.step):
+        await sync_engine(t, cursor.step)  # a resumed or warm-started policy is not the base
     due = _eval_due(t, plan, cursor.step)  # the baseline, or a resumed checkpoint's (rewind dropped it)
     bound = t.run.job.training.max_off_policy_steps
     if bound == 0:
@@ -273,6 +302,7 @@ async def _loop(t: Session, plan: _Plan, cursor: Cursor) -> None:
                 await ahead.advanced(cursor.step)
                 due = _after_step(t, plan, cursor)
     await _beside_eval(t, due, None)  # the last step's: nothing left to run beside it
+    announce(t, cursor, plan.total_steps, watch_evals(t).alarms, stop=False)  # the run is over: nothing to stop
 
 
 def _eval_due(t: Session, plan: _Plan, step: int) -> int | None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from rich.text import Text
 
 from arft.cli.console import console, fail
+from arft.cli.regrade_view import regrade_cmd
 from arft.cli.inputs import read_object_arg
 from arft.graders.base import GraderError
 from arft.graders.validate import InputError, complete_sample, run_grader, sample_from_text, score_json
@@ -43,11 +45,21 @@ def grade_cmd(
     model_sample: Optional[str] = typer.Option(
         None, "--model-sample", "-m", help="The model's answer text (instead of --sample)."),
     as_json: bool = typer.Option(False, "--json", help="Print only the JSON result."),
+    replay: Optional[Path] = typer.Option(
+        None, "--replay", metavar="RUN_DIR", help="Re-grade a stored run's trajectories with --grader "
+                                                  "(nothing else runs) and compare old vs new reward per task."),
+    run_id: Optional[str] = typer.Option(None, "--run", help="With --replay: this run of the folder "
+                                                              "(default: every eval run)."),
 ) -> None:
     """Grade one sample (the hosted graders/run) and print the result as one JSON object.
 
     The object is {"score", "sub_scores", "passed", "error", "flags"}; exit 0 whatever the score.
+    With --replay RUN_DIR: re-grade that run's stored rollouts and print old vs new per task.
     """
+    if replay is not None:
+        if sample is not None or model_sample is not None or item is not None:
+            fail("--replay grades the run's own samples and items: drop --sample, --model-sample and --item")
+        return regrade_cmd(replay, grader, run_id, as_json)
     if (sample is None) == (model_sample is None):
         fail("pass exactly one of --sample (a sample JSON) or --model-sample (the answer text)")
     spec, base_dir = read_object_arg(grader, "--grader")

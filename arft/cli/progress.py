@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn,
                            TimeElapsedColumn)
 
 from arft.app.train import Hooks, TrainResult
 from arft.metrics.summary import EvalSummary
+from arft.monitors import Alarm
 from arft.records import Rollout
 from arft.report.summary import summary_line
 
@@ -96,7 +98,11 @@ class TrainDisplay:
 
     def hooks(self) -> Hooks:
         return Hooks(status=self._status, phase=self._phase, rollout_done=self._rollout,
-                     step_done=self._step, eval_done=self._eval)
+                     step_done=self._step, eval_done=self._eval, alarm=self._alarm)
+
+    def _alarm(self, alarm: Alarm) -> None:
+        """A live monitor's alarm, under the line of the step it fired at (docs/monitors.md)."""
+        self.console.print(f"[bold yellow]⚠ monitor {alarm.monitor}[/] at step {alarm.step}: {escape(alarm.message)}")
 
     def _status(self, text: str) -> None:
         self.console.print(f"[dim]{text}[/]")
@@ -136,7 +142,7 @@ class TrainDisplay:
                 f"step {step:3d}  reward {g('train/reward_mean', float('nan')):.3f}  "
                 f"calls/rollout {g('train/tool_calls_mean', float('nan')):.2f}  no update: "
                 f"{int(g('train/groups_dropped', 0))}/{int(g('train/groups', 0))} groups without "
-                f"reward variance  t {g('time/rollouts_s', 0):.0f}s")
+                f"reward variance  t {g('time/rollouts_s', 0):.0f}s{_alarms(m)}")
             return
         self.console.print(
             f"step {step:3d}  reward {g('train/reward_mean', float('nan')):.3f}  "
@@ -145,14 +151,17 @@ class TrainDisplay:
             f"{int(g('train/groups', 0))} groups{_rescued(m)}  kl {g('update/kl', 0):.4f}  "
             f"ent {g('update/entropy', float('nan')):.2f}  clip {g('update/clip_fraction', 0):.2f}  "
             f"|g| {g('update/grad_norm', 0):.2f}  lr {g('update/lr', 0):.1e}  "
-            f"t {g('time/rollouts_s', 0):.0f}+{g('time/update_s', 0):.0f}s")
+            f"t {g('time/rollouts_s', 0):.0f}+{g('time/update_s', 0):.0f}s{_alarms(m)}")
 
     def _eval(self, step: int, summary: EvalSummary) -> None:
         self._finish(("eval", step))
         self.console.print(f"[bold]eval @ step {step}[/]  {summary_line(summary)}")
 
     def final(self, result: TrainResult) -> None:
-        """Baseline vs final eval, and the tool-calls-per-rollout distribution before vs after."""
+        """Baseline vs final eval, the tool-calls-per-rollout distribution before vs after, and
+        the live monitors' alarms."""
+        alarms = "; ".join(f"{a.monitor} at step {a.step}" for a in result.alarms) or "none"
+        self.console.print(f"\n[bold]monitor alarms[/]  {escape(alarms)}")
         if not result.evals:
             return
         first, last = min(result.evals), max(result.evals)
@@ -177,8 +186,16 @@ def _phase_key(name: str) -> tuple[str, int | str]:
     return "other", name
 
 
+def _alarms(m: dict[str, float]) -> str:
+    """``  ⚠ name, name`` for the monitors whose rule holds at this step (``monitor/<name>/alarm``)."""
+    names = [k.split("/")[1] for k, v in m.items() if k.startswith("monitor/") and k.endswith("/alarm") and v]
+    return f"  [yellow]⚠ {', '.join(names)}[/]" if names else ""
+
+
 def _rescued(m: dict[str, float]) -> str:
     """`` rescued N (hinted P%)`` under ``training.rescue``, else nothing."""
     if "train/groups_rescued" not in m:
         return ""
-    return f" rescued {int(m['train/groups_rescued'])} (hinted {100 * m['train/hinted_share']:.0f}%)"
+    explored = int(m.get("train/groups_explored", 0))
+    return (f" rescued {int(m['train/groups_rescued'])}" + (f" ({explored} by exploring)" if explored else "")
+            + f" (hinted {100 * m['train/hinted_share']:.0f}%)")

@@ -16,6 +16,8 @@ from arft.app.session import TrainResult
 from arft.app.sft import SftOptions
 from arft.app.train import train
 from arft.app.expert_iteration import WarmStart, expert_iteration, warm_start_dir
+from arft.cli.cassette_options import (CassetteFlags, cassette_overrides, counts_of, print_counts,
+                                      record_option, replay_miss_option, replay_option)
 from arft.cli.console import console, fail
 from arft.cli.inputs import set_option
 from arft.cli.progress import TrainDisplay
@@ -44,6 +46,9 @@ def train_cmd(
         None, "--ray", help="Run on a Ray cluster: auto (the one `ray start` made here), HOST:PORT, "
                             "ray://HOST:10001, or local (a new one); sizes from the job's cluster.ray."),
     overrides: list[str] = set_option(),
+    record: Optional[Path] = record_option(),
+    replay: Optional[Path] = replay_option(),
+    replay_miss: Optional[str] = replay_miss_option(),
 ) -> None:
     """Reinforcement fine-tuning: rollouts, grades, group-relative advantages, updates, evals."""
     if resume is not None:
@@ -51,6 +56,7 @@ def train_cmd(
     if job_file is None:
         fail("give a job file (or --resume RUN_DIR)")
     overrides = [*recorded_overrides(resume), *overrides]  # a resumed run keeps the --set it started with
+    overrides += cassette_overrides(job_file, overrides, CassetteFlags(record, replay, replay_miss))
     job = load_job(job_file, overrides)
     job = _on_ray(_init_from(job, init_from), ray_address)
     run_dir = RunDir(resume.resolve()) if resume else (
@@ -65,6 +71,7 @@ def train_cmd(
     with TrainDisplay(console) as display:
         result = asyncio.run(_train(job, run_dir, resume is not None, plan, display))
     display.final(result)
+    print_counts(console, counts_of(result.history[-1]) if result.history else None)
     console.print(f"\nrun stored in [bold]{run_dir.path}[/]  —  export the model: arft merge {run_dir.path} OUT_DIR")
 
 

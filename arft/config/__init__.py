@@ -36,14 +36,15 @@ from arft.config.engines import (EngineSpec, EngineType, LocalModelSpec, OpenAIE
 from arft.config.graders import BuiltinGraderSpec, GraderSpec, as_written
 from arft.config.job import Hyperparameters, JobSpec, Method, Reinforcement
 from arft.config.loading import JobError, load_job
-from arft.config.sections import (BudgetSpec, ClusterSpec, LoggingSpec, LoraSpec, MlflowSpec, RaySpec, RolloutSpec,
-                                  SamplingSpec, TrainingSpec, WandbSpec)
+from arft.config.monitors import MonitorsSpec
+from arft.config.sections import (BudgetSpec, ClusterSpec, LoggingSpec, LoraSpec, MlflowSpec, OpenTelemetrySpec,
+                                  RaySpec, RolloutSpec, SamplingSpec, TrainingSpec, WandbSpec)
 from arft.config.tools import EndpointToolSpec, McpToolSpec, PythonToolSpec, ShellToolSpec, ToolSpec
 
 __all__ = [
     "EMBEDDED_MODEL", "Auto", "BudgetSpec", "BuiltinGraderSpec", "ClusterSpec", "EndpointToolSpec", "EngineSpec",
     "EngineType", "GraderSpec", "Hyperparameters", "JobError", "JobSpec", "LocalModelSpec", "LoggingSpec", "LoraSpec",
-    "McpToolSpec", "Method", "MlflowSpec", "OpenAIEngineSpec", "PythonToolSpec", "RaySpec", "Reinforcement",
-    "RolloutSpec", "SamplingSpec", "ShellToolSpec", "Spec", "ToolSpec", "TrainingSpec", "TransformersEngineSpec",
-    "VLLMEngineSpec", "WandbSpec", "as_written", "engine_as", "load_job", "local_model",
+    "McpToolSpec", "Method", "MlflowSpec", "MonitorsSpec", "OpenAIEngineSpec", "OpenTelemetrySpec", "PythonToolSpec",
+    "RaySpec", "Reinforcement", "RolloutSpec", "SamplingSpec", "ShellToolSpec", "Spec", "ToolSpec", "TrainingSpec",
+    "TransformersEngineSpec", "VLLMEngineSpec", "WandbSpec", "as_written", "engine_as", "load_job", "local_model",
 ]

@@ -12,6 +12,7 @@ from arft.config import auto
 from arft.config.agents import AgentSpec, ArftAgentSpec, with_agent_type
 from arft.config.base import EMBEDDED_MODEL, Auto, Spec
 from arft.config.graders import GraderSpec, as_written
+from arft.config.monitors import MonitorsSpec
 from arft.config.engines import EngineSpec, TransformersEngineSpec, its_own_options, with_engine_type
 from arft.config.sections import BudgetSpec, ClusterSpec, LoggingSpec, RolloutSpec, SamplingSpec, TrainingSpec
 from arft.config.tools import ToolSpec, with_tool_type
@@ -121,6 +122,8 @@ class JobSpec(Spec):
     """Where training metrics go besides the run store."""
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     """Scale-out (``cluster.ray``); by default everything runs in this process."""
+    monitors: MonitorsSpec = Field(default_factory=MonitorsSpec)
+    """The live monitors of ``arft train`` (docs/monitors.md): on by default, warn or stop on an alarm."""
     run_dir: str | None = None
     """Where runs are written (default: runs/<job name>-<time>), relative to the current dir."""
     base_dir: Path = Field(default=Path("."), exclude=True)

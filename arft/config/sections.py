@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeFloat
+from pydantic import Field, model_validator, NonNegativeFloat, field_validator
 
 from arft.config.base import Auto, Spec
+from arft.config.cassette import ToolCassetteSpec
 
 
 class SamplingSpec(Spec):
@@ -69,6 +70,10 @@ class RolloutSpec(Spec):
     workspace: str | None = None
     """A template directory copied fresh into each rollout's workspace (shell tools run there).
     May name a folder per task with placeholders from the row: ``repos/{{ item.repo }}``."""
+    tool_cassette: ToolCassetteSpec = Field(default_factory=ToolCassetteSpec)
+    """Record every tool call, or replay them without the tools: ``off`` (default) | ``record``
+    | ``replay``, or ``{mode, path, miss, latency}`` (docs/replay.md; ``arft eval/train
+    --record DIR / --replay DIR``)."""
 
 
 class BudgetSpec(Spec):
@@ -103,19 +108,28 @@ class LoraSpec(Spec):
 
 
 class RescueSpec(Spec):
-    """``training.rescue``: privileged hints for groups that teach nothing (docs/training.md,
-    "Rescue"). A group whose rewards are all equal and below ``mark`` is sampled again with the
-    hint in its prompt; the hinted rollouts are graded as usual (the grader never sees the hint),
-    and the ones that did better replace some of the group's rollouts, trained as if sampled
-    from the prompt without the hint. Evaluations never see a hint."""
+    """``training.rescue``: groups that teach nothing, sampled again (docs/training.md, "Rescue").
+    A group whose rewards are all equal and below ``mark`` goes through two rungs, each optional:
+    if its samples are near-identical, it is sampled again at ``explore_temperature``; if still
+    stuck, with the privileged ``hint`` in its prompt (the grader never sees the hint). The new
+    rollouts that did better replace some of the group's own, a hinted one trained as if sampled
+    from the prompt without the hint. Evaluations never see either."""
 
-    hint: str
+    hint: str | None = None
     """A template over the row (``"The expected call is {{ item.expected_call }}"``), appended to
-    the last user message of the hinted prompt."""
+    the last user message of the hinted prompt; ``auto``: built from the item fields the grader
+    reads. None: no hint rung."""
+    explore_temperature: float | None = Field(default=None, gt=0)
+    """The cheaper rung, tried first: a stuck group whose samples are near-identical is sampled
+    again at this sampling temperature (its logprobs recorded under that distribution, which the
+    loss's importance weight then corrects). None: no exploration rung."""
+    similarity: float = Field(default=0.9, ge=0.0, le=1.0)
+    """Near-identical: the mean pairwise similarity of the group's sampled tokens (normalised
+    Indel, 1 = the same ids) at or above this."""
     mark: float = 1.0
     """The success mark: only groups whose equal rewards are below it are rescued."""
     samples: int | None = Field(default=None, ge=1)
-    """Hinted rollouts per rescued group (default: the group size)."""
+    """Rollouts sampled again per stuck group, on each rung (default: the group size)."""
     keep_unhinted: int = Field(default=1, ge=1)
     """Rollouts of the group's own that stay (at least one: the contrast the advantage needs)."""
     correction: Literal["tis", "none"] = "tis"
@@ -124,6 +138,13 @@ class RescueSpec(Spec):
     truncation; honest, and small where the hint mattered most); ``none``, as if the policy without
     the hint had sampled them (their recorded logprobs are replaced by that policy's, read by the
     engine): biased towards imitation, and the stronger push."""
+
+    @model_validator(mode="after")
+    def _a_rung(self) -> "RescueSpec":
+        if self.hint is None and self.explore_temperature is None:
+            raise ValueError("training.rescue needs a rung: a hint (a template over the row, or auto), "
+                             "an explore_temperature, or both")
+        return self
 
 
 class TrainingSpec(Spec):
@@ -251,6 +272,16 @@ class MlflowSpec(Spec):
     """Default: the run directory's name."""
 
 
+class OpenTelemetrySpec(Spec):
+    """OpenTelemetry traces of a run (needs ``pip install 'arft[otel]'``). Where they go is the
+    standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (and
+    ``OTEL_EXPORTER_OTLP_HEADERS``) of the environment, read by the OpenTelemetry SDK; see
+    docs/telemetry.md."""
+
+    service_name: str = "arft"
+    """The ``service.name`` the spans carry (what Jaeger or Tempo lists the run under)."""
+
+
 class LoggingSpec(Spec):
     """Where training metrics go besides the run store and metrics.jsonl (always written)."""
 
@@ -260,6 +291,17 @@ class LoggingSpec(Spec):
     """Also log to Weights & Biases (default: off)."""
     mlflow: MlflowSpec | None = None
     """Also log to MLflow (default: off)."""
+    opentelemetry: OpenTelemetrySpec | None = None
+    """Export a span per training step, rollout, model turn, tool call, grade and weight sync over
+    OTLP (default: off). ``true`` or ``{service_name: ...}``; docs/telemetry.md."""
+
+    @field_validator("opentelemetry", mode="before")
+    @classmethod
+    def _otel_flag(cls, value: Any) -> Any:
+        """``opentelemetry: true`` is the section with its defaults; ``false`` is off."""
+        if value is True:
+            return {}
+        return None if value is False else value
 
 
 class RaySpec(Spec):

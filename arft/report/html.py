@@ -212,6 +212,7 @@ def render_html(rep: Report) -> str:
     steps = rep.kind == "train"
     sections = [
         _summary(rep),
+        _monitors_section(rep),
         _section("reward", "Reward", _img(plots.reward_curve(rep.train, rep.evals) if steps else None,
                                           "Reward over steps", no_steps)),
         _section("sub-scores", "Sub-grader scores", _img(
@@ -237,6 +238,22 @@ def render_html(rep: Report) -> str:
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>"
             f'<p class="sub"><code>{escape(rep.run_dir)}</code></p>{"".join(sections)}</body></html>\n')
+
+
+def _monitors_section(rep: Report) -> str:
+    """The live monitors' alarms (docs/monitors.md): an audit of the run, not a verdict on it."""
+    if rep.kind != "train":
+        return ""
+    if not rep.monitors_on and not rep.alarms:
+        return _section("monitors", "Monitor alarms", '<p class="na">not recorded: the run had the live monitors '
+                                                      "off (monitors.enabled: false)</p>")
+    framing = ('<p class="note">The monitors audit the run by rules on its own baseline (docs/monitors.md); on '
+               "small batches they can miss a problem or flag a healthy change. Read an alarm as a reason to "
+               "look at the curves and rollouts of that step.</p>")
+    if not rep.alarms:
+        return _section("monitors", "Monitor alarms", "<p>No alarm.</p>" + framing)
+    rows = [[str(a.step), f"<code>{escape(a.monitor)}</code>", escape(a.message)] for a in rep.alarms]
+    return _section("monitors", "Monitor alarms", _table(["step", "monitor", "what it saw"], rows, {0}) + framing)
 
 
 def _update_section(rep: Report, no_steps: str) -> str:

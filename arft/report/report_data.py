@@ -66,6 +66,14 @@ class RolloutRow(BaseModel):
     answer: str
 
 
+class AlarmRow(BaseModel):
+    """One monitor alarm: which monitor, at which step, and what it saw."""
+
+    monitor: str
+    step: int
+    message: str
+
+
 class Report(BaseModel):
     """Everything the page shows, read from one run directory."""
 
@@ -94,6 +102,10 @@ class Report(BaseModel):
     extremes: dict[str, tuple[list[RolloutRow], list[RolloutRow]]]
     """Source ("latest eval", "train") -> (best, worst)."""
     viewer_url: str
+    alarms: list[AlarmRow] = []
+    """The live monitors' alarms (the store's ``monitor`` events), in step order."""
+    monitors_on: bool = True
+    """Whether the job ran the monitors (``monitors.enabled``; runs before them count as off)."""
 
 
 # -- collecting ----------------------------------------------------------------------------------
@@ -145,7 +157,16 @@ def _collect_train(store: RunStore, run_dir: Path, run: RunRow, runs: list[RunRo
         train={s: summarize(rs) for s, rs in sorted(grouped.items())}, evals=evals,
         eval_labels={s: "baseline (step 0)" if s == 0 else f"step {s}" for s in evals},
         overall=summarize(all_rollouts), step_metrics=step_metrics, not_recorded=missing,
-        notes=notes, extremes=extremes, viewer_url=viewer_url.rstrip("/"))
+        notes=notes, extremes=extremes, viewer_url=viewer_url.rstrip("/"),
+        alarms=[AlarmRow(monitor=e["name"], step=e["step"], message=e["message"])
+                for e in store.events(run_id, "monitor")],
+        monitors_on=_monitors_on(job))
+
+
+def _monitors_on(job: dict[str, object]) -> bool:
+    """Whether the stored job ran the live monitors (a job stored before they existed did not)."""
+    monitors = job.get("monitors")
+    return isinstance(monitors, dict) and monitors.get("enabled", True) is not False
 
 
 def _collect_eval(store: RunStore, run_dir: Path, runs: list[RunRow], viewer_url: str) -> Report:

@@ -33,6 +33,10 @@ class AssistantTurn:
     message: Message
     parse_errors: list[str]
     finish: TurnFinish
+    input_tokens: int = 0
+    """Tokens of the prompt the turn sampled after (the whole conversation so far)."""
+    output_tokens: int = 0
+    """Tokens the turn sampled."""
 
 
 class Conversation(Protocol):
@@ -140,6 +144,7 @@ class TokenConversation:
             **self.fmt.turn_stops(self.params.stop, self.params.parallel_tool_calls),
             "grammar": None if self._grammar is None else self._grammar.with_prefill(self._prefill),
         })
+        n_prompt = len(self.token_ids)
         gen = await self.engine.generate(self.token_ids, params)
         self._turns += 1
         self.policy = gen.policy
@@ -154,7 +159,7 @@ class TokenConversation:
         finish: TurnFinish = gen.finish_reason
         if finish == "length" and len(self.token_ids) >= self.max_tokens:
             finish = "context"
-        return AssistantTurn(message, list(parsed.errors), finish)
+        return AssistantTurn(message, list(parsed.errors), finish, n_prompt, len(gen.token_ids))
 
     def add_tool_results(self, messages: Sequence[Message]) -> bool:
         self._choice = self._later_choice
@@ -201,7 +206,7 @@ class ChatConversation:
         self.messages.append(reply.message)
         finishes: dict[str, TurnFinish] = {"stop": "eos", "tool_calls": "stop", "length": "length"}
         finish = finishes.get(reply.finish_reason, "eos")
-        return AssistantTurn(reply.message, [], finish)
+        return AssistantTurn(reply.message, [], finish, reply.prompt_tokens, reply.completion_tokens)
 
     def add_tool_results(self, messages: Sequence[Message]) -> bool:
         self._choice = self._later_choice

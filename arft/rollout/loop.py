@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
@@ -20,7 +20,8 @@ from arft.engines.base import EngineError
 from arft.records import (FinishReason, Message, Rollout, RolloutStatus, Task, Timings, ToolCall,
                           ToolCallRecord, new_trace_id)
 from arft.rollout.conversation import AssistantTurn, Conversation
-from arft.tools.base import Tool, ToolContext, ToolOutcome
+from arft.telemetry import NO_ROLLOUT, RolloutTrace
+from arft.tools.base import Tool, ToolContext, ToolOutcome, raised
 
 if TYPE_CHECKING:
     from arft.config import RolloutSpec
@@ -54,6 +55,10 @@ class _Episode:
     trace_id: str
     messages: list[Message]
     records: list[ToolCallRecord] = field(default_factory=list)
+    where: ToolContext | None = None
+    """The rollout's place (run, step, task, sample) that every tool call's context carries."""
+    trace: RolloutTrace = NO_ROLLOUT
+    """The rollout's OpenTelemetry trace (a no-op unless ``logging.opentelemetry`` is on)."""
     n_turns: int = 0
     parse_errors: int = 0
     finish: FinishReason = "answer"
@@ -96,9 +101,17 @@ async def _run_call(call: ToolCall, tools: Mapping[str, Tool], allowed: set[str]
         try:
             outcome = await tools[name].call(call.function.arguments, ctx)
         except Exception as e:  # a tool bug must not kill the rollout; the model sees the error
-            outcome = ToolOutcome(output=f"Error: {type(e).__name__}: {e}", status="tool_error",
-                                  error=f"tool raised {type(e).__name__}: {e}")
+            outcome = raised(e)
     return outcome, time.perf_counter() - start
+
+
+async def _traced(trace: RolloutTrace, call: ToolCall, tools: Mapping[str, Tool], allowed: set[str],
+                  ctx: ToolContext) -> tuple[ToolOutcome, float]:
+    """``_run_call`` inside the call's ``execute_tool`` span."""
+    with trace.tool_call(call.function.name, call.id, tools.get(call.function.name)) as span:
+        outcome, latency = await _run_call(call, tools, allowed, ctx)
+        span.tool_result(outcome.status, outcome.error, outcome.http_status)
+    return outcome, latency
 
 
 async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequence[str],
@@ -109,9 +122,9 @@ async def _tool_turn(ep: _Episode, calls: Sequence[ToolCall], parse_errors: Sequ
     runnable, refused = list(calls[:max(budget_left, 0)]), list(calls[max(budget_left, 0):])
     start = time.perf_counter()
     results = await asyncio.gather(*(
-        _run_call(c, tools, allowed, ToolContext(trace_id=ep.trace_id, call_id=c.id, item=item,
-                                                 workspace=workspace, turn=ep.n_turns - 1,
-                                                 tool_name=c.function.name))
+        _traced(ep.trace, c, tools, allowed, replace(ep.where or ToolContext(trace_id=ep.trace_id, call_id=""),
+                                                     call_id=c.id, item=item, workspace=workspace,
+                                                     turn=ep.n_turns - 1, tool_name=c.function.name))
         for c in runnable))
     ep.tools_s += time.perf_counter() - start
     replies: list[Message] = []
@@ -155,7 +168,9 @@ async def _episode(ep: _Episode, conv: Conversation, tools: Mapping[str, Tool], 
         if ep.n_turns >= limits.max_turns:
             return ep.end("max_turns", "ok" if _single_turn_done(limits, turn) else "truncated")
         start = time.perf_counter()
-        turn = await conv.assistant_turn()
+        with ep.trace.model_turn(ep.n_turns) as span:
+            turn = await conv.assistant_turn()
+            span.model_reply(turn.message, turn.finish, turn.input_tokens, turn.output_tokens, len(turn.parse_errors))
         ep.generate_s += time.perf_counter() - start
         ep.n_turns += 1
         ep.messages.append(turn.message)
@@ -180,13 +195,16 @@ async def _episode(ep: _Episode, conv: Conversation, tools: Mapping[str, Tool], 
 async def run_rollout(conv: Conversation, task: Task, tools: Mapping[str, Tool],
                       limits: RolloutLimits, *, trace_id: str | None = None, run_id: str = "",
                       sample_index: int = 0, workspace: Path | None = None,
-                      step: int | None = None) -> Rollout:
+                      step: int | None = None, trace: RolloutTrace = NO_ROLLOUT) -> Rollout:
     """Run one episode of ``task``; the conversation must not be started yet (``step``: the
-    training step it belongs to, stamped on the record)."""
+    training step it belongs to, stamped on the record; ``trace``: the rollout's OpenTelemetry
+    trace, which gets a span per model turn and tool call)."""
     trace_id = trace_id or new_trace_id()
     schemas = task_tool_schemas(task, tools)
     allowed = {s["function"]["name"] for s in schemas if "function" in s}
-    ep = _Episode(trace_id=trace_id, messages=list(task.messages))
+    ep = _Episode(trace_id=trace_id, messages=list(task.messages),
+                  where=ToolContext(trace_id=trace_id, call_id="", run_id=run_id, step=step,
+                                    task_id=task.id, sample_index=sample_index), trace=trace)
     t0 = time.perf_counter()
     try:
         conv.start(task.prompt_messages, schemas)  # the hint (training.rescue) only here, never in the record

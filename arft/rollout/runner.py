@@ -18,6 +18,7 @@ from arft.chat.formats import ChatFormat
 from arft.records import new_trace_id, Rollout, Task
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
 from arft.rollout.loop import RolloutLimits, run_rollout
+from arft.telemetry import NO_TELEMETRY, Telemetry
 from arft.sandbox.workspace import WorkspaceError, create_workspace, remove_workspace
 from arft.together import together
 from arft.tools.registry import Toolbox
@@ -97,6 +98,8 @@ class RolloutRunner:
     """``rollout.schema_keywords``; ``keywords_for`` resolves it per task."""
     driver: RolloutDriver | None = None
     """The job's agent program (``agent: python | command``); None: arft's own loop."""
+    telemetry: Telemetry = NO_TELEMETRY
+    """Where each rollout's spans go (``logging.opentelemetry``; a no-op by default)."""
 
     @classmethod
     def from_job(cls, job: JobSpec, engine: TokenEngine | ChatEngine, toolbox: Toolbox, grader: object,
@@ -147,19 +150,26 @@ class RolloutRunner:
         ``TokenConversation``."""
         trace_id = new_trace_id()
         workspace = self._workspace(trace_id, task)
+        trace = self.telemetry.rollout(trace_id, run_id=run_id, task_id=task.id, sample_index=sample_index,
+                                       step=step)
         try:
-            if self.driver is not None:
-                rollout = await self.driver.rollout(task, trace_id=trace_id, run_id=run_id,
-                                                    sample_index=sample_index, step=step, seed=seed)
-            else:
-                rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.lookup, self.limits,
-                                            trace_id=trace_id, run_id=run_id,
-                                            sample_index=sample_index, workspace=workspace, step=step)
-            if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
-                score = await grade_rollout(self.grader, rollout, workspace)
-                rollout = rollout.model_copy(update={
-                    "score": score,
-                    "timings": rollout.timings.model_copy(update={"grade_s": score.latency_s})})
+            with trace:
+                if self.driver is not None:
+                    rollout = await self.driver.rollout(task, trace_id=trace_id, run_id=run_id,
+                                                        sample_index=sample_index, step=step, seed=seed)
+                else:
+                    rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.lookup,
+                                                self.limits, trace_id=trace_id, run_id=run_id,
+                                                sample_index=sample_index, workspace=workspace, step=step,
+                                                trace=trace)
+                if rollout.status != "infra_failed":  # never grade (or fake-zero) an infra failure
+                    with trace.grade() as span:
+                        score = await grade_rollout(self.grader, rollout, workspace)
+                        span.graded(score)
+                    rollout = rollout.model_copy(update={
+                        "score": score,
+                        "timings": rollout.timings.model_copy(update={"grade_s": score.latency_s})})
+                trace.done(rollout)
         finally:
             if workspace is not None:
                 remove_workspace(workspace)

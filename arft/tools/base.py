@@ -28,6 +28,13 @@ class ToolContext:
     turn: int = 0
     tool_name: str = ""
     """The name the model called the tool by: one entry may serve many names (``serves``)."""
+    run_id: str = ""
+    """The run the call belongs to (``train``, ``train:eval-000003``, an eval's folder name)."""
+    step: int | None = None
+    """The training step of the rollout (None outside training)."""
+    task_id: str = ""
+    sample_index: int = 0
+    """Which sample of the task the rollout is (0..k-1)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,13 @@ class ToolOutcome:
     status: Literal["ok", "tool_error", "infra_error"] = "ok"
     error: str | None = None
     http_status: int | None = None
+
+
+def raised(e: Exception) -> ToolOutcome:
+    """The outcome of a tool that raised: a tool bug must not kill the rollout, so the model sees
+    the error (the rollout loop's answer, also what a cassette records for such a call)."""
+    return ToolOutcome(output=f"Error: {type(e).__name__}: {e}", status="tool_error",
+                       error=f"tool raised {type(e).__name__}: {e}")
 
 
 @runtime_checkable

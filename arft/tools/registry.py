@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from arft.config import EndpointToolSpec, McpToolSpec, PythonToolSpec, ShellToolSpec
 from arft.tools.base import Tool, ToolSetupError
@@ -16,6 +16,15 @@ from arft.tools.mcp import open_mcp_server
 from arft.tools.python_fn import PythonTool
 from arft.tools.served import ToolMap, ToolServer
 from arft.tools.shell import ShellTool
+
+
+class CallHook(Protocol):
+    """What stands between the rollout loop and the tools (a tool cassette,
+    ``arft.tools.cassette``): it makes the lookup every call goes through."""
+
+    def tool_map(self, declared: Mapping[str, Tool], servers: Sequence[ToolServer]) -> ToolMap: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass
@@ -27,6 +36,8 @@ class Toolbox:
     """True when a tool runs inside the rollout's workspace (shell tools)."""
     servers: list[ToolServer] = field(default_factory=list)
     """Entries with ``serves``: they answer the undeclared tools rows bring, in this order."""
+    cassette: CallHook | None = None
+    """Records or replays every call (``rollout.tool_cassette``); None: calls go to the tools."""
     _closers: list[Any] = field(default_factory=list)
     _lookup: ToolMap | None = None
 
@@ -34,7 +45,8 @@ class Toolbox:
     def lookup(self) -> ToolMap:
         """Every tool a call may name: the declared ones, then the servers' (see ``ToolMap``)."""
         if self._lookup is None:
-            self._lookup = ToolMap(self.tools, self.servers)
+            self._lookup = (ToolMap(self.tools, self.servers) if self.cassette is None
+                            else self.cassette.tool_map(self.tools, self.servers))
         return self._lookup
 
     def add(self, tool: Tool) -> None:
@@ -49,6 +61,8 @@ class Toolbox:
             await server.aclose()
         for closer in self._closers:
             await closer.aclose()
+        if self.cassette is not None:
+            await self.cassette.aclose()
 
 
 async def open_toolbox(specs: Sequence[object], base_dir: Path) -> Toolbox:

@@ -1,4 +1,4 @@
-"""The rows a run store reads back for whoever reports on a run: a run and a metric row, named
+"""The rows a run store reads back for whoever reports on a run: a run, a metric row and an event, named
 field by field (``RunStore.runs``, ``RunStore.metrics``). Plain dicts at run time, so they go to
 JSON and templates as they are."""
 
@@ -27,4 +27,16 @@ class MetricRow(TypedDict):
     name: str
     value: float
     trace_id: str | None
+    created_at: str
+
+
+class EventRow(TypedDict):
+    """One thing that happened at a step of a run (``RunStore.add_event``): a monitor's alarm."""
+
+    run_id: str
+    step: int
+    kind: str
+    name: str
+    message: str
+    data: dict[str, object]
     created_at: str

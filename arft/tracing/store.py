@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from arft.errors import ArftError
 from arft.records import Rollout
-from arft.tracing.rows import MetricRow, RunRow
+from arft.tracing.rows import EventRow, MetricRow, RunRow
 from arft.secrets import redact
 
 STORE_FORMAT = "arft-run-store"
@@ -102,6 +102,23 @@ CREATE TABLE metrics (
 CREATE INDEX metrics_run ON metrics (run_id, step);
 """
 
+_EVENTS = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    step INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    message TEXT NOT NULL,
+    data TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_run ON events (run_id, step)
+"""
+"""Things that happened during a run (a monitor's alarm: kind ``monitor``). Added beside schema 2
+without a version bump: the table is created when missing (a store written before it gains it
+when opened), and an arft that predates it reads the store as before, ignoring the table."""
+
 
 class StoreError(ArftError):
     """A run store could not be opened or written as asked."""
@@ -124,10 +141,11 @@ class Discarded:
     grades: int = 0
     metrics: int = 0
     runs: int = 0
+    events: int = 0
 
     @property
     def total(self) -> int:
-        return self.rollouts + self.tool_calls + self.grades + self.metrics + self.runs
+        return self.rollouts + self.tool_calls + self.grades + self.metrics + self.runs + self.events
 
 
 def _now() -> str:
@@ -171,6 +189,9 @@ class RunStore:
             self._create_schema()
         else:
             self._check_schema(tables)
+        with self._transaction() as cur:
+            for statement in _EVENTS.split(";"):
+                cur.execute(statement)
         self._conn.execute("PRAGMA foreign_keys = ON")
         self._conn.execute("PRAGMA journal_mode = WAL")
         # WAL keeps the file consistent after a crash at NORMAL; FULL would fsync every write.
@@ -370,6 +391,28 @@ class RunStore:
                           value=math.nan if r["value"] is None else r["value"], trace_id=r["trace_id"],
                           created_at=r["created_at"]) for r in rows]
 
+    # -- events ----------------------------------------------------------------------------
+
+    def add_event(self, run_id: str, step: int, kind: str, name: str, message: str,
+                  data: dict[str, object] | None = None) -> None:
+        """Record that something happened at ``step`` of a run (``kind`` "monitor": an alarm of the
+        monitor ``name``), with its message and any JSON-serialisable details."""
+        try:
+            with self._transaction() as cur:
+                cur.execute("INSERT INTO events (run_id, step, kind, name, message, data, created_at) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (run_id, step, kind, name, message, json.dumps(data or {}, sort_keys=True), _now()))
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"cannot add an event to unknown run {run_id!r} in {self.path}; "
+                             "create it with RunStore.create_run() first") from exc
+
+    def events(self, run_id: str, kind: str | None = None) -> list[EventRow]:
+        """A run's events by step then insertion (only ``kind``'s when given)."""
+        rows = self._query("SELECT run_id, step, kind, name, message, data, created_at FROM events "
+                           "WHERE run_id = ? AND (? IS NULL OR kind = ?) ORDER BY step, id", (run_id, kind, kind))
+        return [EventRow(run_id=r["run_id"], step=r["step"], kind=r["kind"], name=r["name"], message=r["message"],
+                         data=json.loads(r["data"]), created_at=r["created_at"]) for r in rows]
+
     # -- resume ----------------------------------------------------------------------------
 
     def discard_after(self, run_id: str, step: int, runs: Sequence[str] = (), *,
@@ -397,7 +440,8 @@ class RunStore:
             at_step = "(run_id = ? AND step = ? AND substr(name, 1, ?) = ?)"  # '' never matches a name
             metrics = cur.execute(f"DELETE FROM metrics WHERE {where} OR {at_step}", (
                 *params, run_id, step, len(metrics_at_step) or 1, metrics_at_step)).rowcount
+            events = cur.execute(f"DELETE FROM events WHERE {where}", params).rowcount
             removed = cur.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", tuple(runs)).rowcount
             cur.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?",
                         (run_id,))
-        return Discarded(rollouts, tool_calls, grades, metrics, removed)
+        return Discarded(rollouts, tool_calls, grades, metrics, removed, events)

@@ -33,6 +33,7 @@ from arft.chat.formats import ChatFormat
 from arft.engines.base import SamplingParams, TokenEngine
 from arft.records import FinishReason, Rollout, RolloutStatus, Task, Timings, ToolCallRecord
 from arft.rollout.runner import constrained_tool_calls
+from arft.telemetry import NO_TELEMETRY, Telemetry
 
 if TYPE_CHECKING:
     from arft.config import JobSpec
@@ -154,8 +155,10 @@ def build_program(job: JobSpec) -> AgentProgram:
 
 
 @asynccontextmanager
-async def program_driver(job: JobSpec, engine: object) -> AsyncIterator[ProgramDriver]:
-    """The job's agent program behind a running gateway over ``engine``, closed on the way out."""
+async def program_driver(job: JobSpec, engine: object, telemetry: Telemetry = NO_TELEMETRY
+                         ) -> AsyncIterator[ProgramDriver]:
+    """The job's agent program behind a running gateway over ``engine``, closed on the way out
+    (``telemetry``: where the gateway's model turns go, into each rollout's trace)."""
     if not isinstance(engine, TokenEngine):
         raise AgentSetupError(
             f"agent type {job.agent.type!r} trains through arft's gateway, which needs a token engine "
@@ -167,7 +170,7 @@ async def program_driver(job: JobSpec, engine: object) -> AsyncIterator[ProgramD
     params = SamplingParams.from_spec(job.sampling, parallel_tool_calls=job.rollout.parallel_tool_calls)
     program = build_program(job)
     try:
-        async with Gateway(model, params, job.rollout.max_tokens).running() as gateway:
+        async with Gateway(model, params, job.rollout.max_tokens, telemetry).running() as gateway:
             yield ProgramDriver(gateway, program, job.model, getattr(job.agent, "concurrency", None))
     finally:
         program.close()

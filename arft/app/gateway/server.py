@@ -18,7 +18,8 @@ errors), with three differences for training:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -31,9 +32,11 @@ from arft.app.gateway.capture import Capture
 from arft.app.serve.chat import ChatRequest, ChatRequestError, Prepared, ServedModel
 from arft.app.serve.access import AccessLog
 from arft.app.serve.server import Preparer, _chat, error, openai_errors, prepared
-from arft.engines.base import SamplingParams
+from arft.engines.base import Generation, SamplingParams
+from arft.records import Message
 from arft.seeds import turn_seed
 from arft.serving import serve_here
+from arft.telemetry import NO_TELEMETRY, Telemetry
 
 
 @dataclass
@@ -54,6 +57,8 @@ class Gateway:
     """The job's sampling (``SamplingParams.from_spec(job.sampling)``)."""
     max_tokens: int
     """``rollout.max_tokens``: the whole trajectory's token budget (one segment's)."""
+    telemetry: Telemetry = NO_TELEMETRY
+    """Where each model turn's span goes: into its rollout's trace (``logging.opentelemetry``)."""
     routes: dict[str, Route] = field(default_factory=dict)
     url: str = ""
     _pool: ThreadPoolExecutor | None = field(default=None, repr=False)
@@ -154,7 +159,23 @@ class Gateway:
             "temperature": self.params.temperature, "top_p": self.params.top_p, "top_k": self.params.top_k,
             "seed": None if route.seed is None else turn_seed(route.seed, capture.turns),
             "max_new_tokens": min(self.params.max_new_tokens, room)})
-        return dataclasses.replace(prep, rendered=turn.rendered, params=params, on_reply=capture.record)
+        return dataclasses.replace(prep, rendered=turn.rendered, params=params,
+                                   on_reply=self._on_reply(route, len(turn.rendered.ids)))
+
+    def _on_reply(self, route: Route, n_prompt: int) -> Callable[[Generation, Message], None]:
+        """What a sampled reply goes to: the rollout's capture and, with telemetry on, a model
+        turn span in the rollout's trace (the request runs in the web server's task, so the span
+        is parented to the rollout explicitly, by its trace id)."""
+        capture = route.capture
+        if not self.telemetry.enabled:
+            return capture.record
+        trace, start_ns, turn = self.telemetry.rollout_of(capture.trace_id), time.time_ns(), capture.turns
+
+        def record(gen: Generation, reply: Message) -> None:
+            capture.record(gen, reply)
+            trace.model_turn_at(start_ns, turn, reply, gen.finish_reason, n_prompt, len(gen.token_ids))
+
+        return record
 
 
 class AnyName(Mapping[str, ServedModel]):

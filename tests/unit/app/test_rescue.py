@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-from arft.app.rescue import hinted, hinted_tasks, prompt_ids, rescue, with_hint, zero_signal
+from arft.app.rescue import hinted, hinted_tasks, near_identical, prompt_ids, rescue, with_hint, zero_signal
 from arft.config import JobError, JobSpec
 from arft.config.sections import BudgetSpec, RescueSpec
 from arft.engines.scripted import ScriptedEngine
@@ -140,3 +140,60 @@ def test_hint_auto_on_a_grader_that_reads_no_item_field_says_what_to_write(tmp_p
              "operation": "eq"}
     with pytest.raises(JobError, match="reads none .* write the hint as a template"):
         with_hint(_job(tmp_path, blind))
+
+
+class HotterKnowsBoxZero(ScriptedEngine):
+    """Answers box 0 only when sampled hotter than 1 (a peaked policy whose one right answer a
+    hotter sampler finds), and any box whose answer the prompt gives (the hint)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        super().__init__(tokenizer, lambda ids: "")
+        self.temperatures: list[float] = []
+
+    async def generate(self, prompt_ids: Sequence[int], params: Any, on_tokens: Any = None) -> Any:
+        self.temperatures.append(params.temperature)
+        text = self.tokenizer.decode(list(prompt_ids))
+        if "The answer is " in text:
+            self._replies = lambda ids: "It is " + text.split("The answer is ")[1][:2] + EOS
+        elif params.temperature > 1 and "box 0" in text:
+            self._replies = lambda ids: "It is 40" + EOS
+        else:
+            self._replies = lambda ids: "No idea." + EOS
+        return await super().generate(prompt_ids, params, on_tokens)
+
+
+async def test_the_exploration_rung_goes_first_and_only_stuck_groups_go_on_to_the_hint(
+        tmp_path: Path, tokenizer: Any) -> None:
+    r = runner(tmp_path, tokenizer)
+    r.engine = engine = HotterKnowsBoxZero(tokenizer)
+    plain = await r.run_many(TASKS, G, seed=1)
+    assert [x.reward for x in plain] == [0.0] * 2 * G and near_identical(plain[:G], 0.9)
+    spec = RescueSpec(hint="The answer is {{ item.answer }}.", explore_temperature=1.5)
+    out = await rescue(r, spec, plain, G, TASKS, base_seed=1, step=1)
+    assert (out.tried, out.rescued, out.by_rung) == (2, 2, {0: "explore", 1: "hint"})
+    explored, hinted_group = out.rollouts[:G], out.rollouts[G:]
+    assert [x.rescued for x in explored] == [None, "explore", "explore", "explore"]
+    assert [x.rescued for x in hinted_group] == [None, "tis", "tis", "tis"]
+    ids = prompt_ids(r, TASKS[0])
+    assert all(x.token_ids[:len(ids)] == tuple(ids) for x in explored)  # the plain prompt: nothing to re-base
+    # Both groups were sampled hotter first (both were near-identical); only box 1 went on to the hint.
+    assert engine.temperatures.count(1.5) == 2 * G and r.params.temperature == 1.0
+    assert batch_advantages(out.rollouts, G, BudgetSpec()).metrics["train/groups_dropped"] == 0
+
+
+def test_near_identical_compares_the_sampled_tokens_after_the_prompt() -> None:
+    def sampled(*ids: int) -> Rollout:
+        return Rollout(trace_id="t", task_id="t", messages=(), token_ids=(9, 9, *ids), prompt_len=2)
+
+    assert near_identical([sampled(1, 2, 3, 4)] * 3, 1.0)
+    assert not near_identical([sampled(1, 2, 3, 4), sampled(5, 6, 7, 8)], 0.5)
+    assert near_identical([sampled(1, 2, 3, 4), sampled(1, 2, 3, 5)], 0.75)  # Indel: 6 of 8 kept
+    # Only the policy's own tokens count: tool results (loss mask 0) that differ do not.
+    with_results = [Rollout(trace_id="t", task_id="t", messages=(), token_ids=(9, 1, 2, result, 3), prompt_len=1,
+                            loss_mask=(0, 1, 1, 0, 1)) for result in (50, 60, 70)]
+    assert near_identical(with_results, 1.0)
+
+
+def test_rescue_needs_a_rung() -> None:
+    with pytest.raises(ValueError, match="needs a rung"):
+        RescueSpec()
