@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     from arft.graders.base import Grader
 
 
+_RESTART_WAIT_S = 0.5
+"""The first wait before resending a rollout whose worker is restarting (doubled on each try): a
+loaded machine restarts an actor in seconds, and an immediate resend may find it still down."""
+
+
 class ClusterError(ArftError):
     """The cluster could not run the job (no cluster, too few resources, a lost learner)."""
 
@@ -79,7 +84,7 @@ class ClusterRunner:
 
     async def _run_somewhere(self, task: Task, k: int, run_id: str, step: int | None,
                              seed: int | None) -> Rollout:
-        from ray.exceptions import RayActorError
+        from ray.exceptions import ActorUnavailableError, RayActorError
 
         tries = self.spec.max_restarts + 1
         for attempt in range(tries):
@@ -92,6 +97,8 @@ class ClusterRunner:
                 if attempt == tries - 1:
                     raise ClusterError(f"task {task.id}: its rollout's worker died {tries} times ({e}); "
                                        "see `ray status` and the workers' logs, then resume with --resume") from e
+                if isinstance(e, ActorUnavailableError):  # restarting, not dead: give it time to come back
+                    await asyncio.sleep(_RESTART_WAIT_S * 2 ** attempt)
                 continue
             except TimeoutError:
                 raise ClusterError(f"task {task.id}: a rollout did not return within "
