@@ -41,7 +41,7 @@ from rapidfuzz.distance import Indel
 
 from arft.config import JobError, JobSpec
 from arft.config.sections import BudgetSpec
-from arft.graders.templates import TemplateError, render_template
+from arft.graders.templates import _parse_path, render_template, TemplateError
 from arft.graders.validate import item_reads
 from arft.records import Rollout, Task
 from arft.rollout.loop import task_tool_schemas
@@ -81,9 +81,13 @@ def reference_hint(job: JobSpec) -> str | None:
 
 
 def _field_name(path: str) -> str:
-    """``item.answer`` / ``item["answer"]`` -> ``answer`` (the words the hint shows the policy)."""
-    rest = path.strip()[len("item"):]
-    return rest.replace('["', ".").replace('"]', "").replace("['", ".").replace("']", "").strip(".") or path
+    """``item.answer`` / ``item["answer"]`` -> ``answer`` (the words the hint shows the policy),
+    read with the templates' own path parser."""
+    try:
+        _, steps = _parse_path(path)
+    except TemplateError:
+        return path
+    return ".".join(str(step) for step in steps) or path
 
 
 def with_hint(job: JobSpec) -> JobSpec:
