@@ -22,13 +22,20 @@ and sampled tokens are identical; the speed-up of the whole eval and of the tool
 (printed both, honestly); with a fast engine the tool waits are the eval.
 
     python -m bench run cassette [--tasks 16] [--samples 2] [--engines model,scripted]
-        [--train-steps 0] [--train-eval-tasks 8]
+        [--train-steps 0] [--train-eval-tasks 8] [--schedule continuous|lockstep]
 
 ``--engines scripted`` adds an arm with no model (each turn looks up the next office at once):
 the eval is then the tool's sleeps and arft's own overhead, the ceiling a fast engine leaves.
 ``--train-steps N`` also trains the calculator demo (examples/calculator, python tool) N steps
-recorded, then N steps replayed, with an evaluation after every step (seeded, KV reuse off,
-synchronous rollouts), and compares the two eval curves exactly.
+recorded, then N steps replayed, with an evaluation after every step (seeded, synchronous
+rollouts), and compares the two eval curves and the final adapters exactly.
+
+``--schedule`` is ``rollout.schedule`` for every arm. ``continuous`` (default): a turn joins the
+engine's batch when its tools answer, so the batches of a replay (tools answer at once) differ
+from the live run's, and a near-tied token can flip (the train arms then turn KV reuse off, as
+docs/training.md asks for exact resumes). ``lockstep``: the turns of all rollouts in flight start
+together (``arft.rollout.lockstep``), so the engine's passes are the same live and replayed (KV
+reuse stays on).
 """
 
 from __future__ import annotations
@@ -50,11 +57,12 @@ SEED = 42
 EXAMPLE = ROOT / "examples" / "parallel_lookup"
 
 
-def job_with(cassette: dict[str, Any]) -> Any:
+def job_with(cassette: dict[str, Any], schedule: str = "continuous") -> Any:
     from arft.config import load_job
 
     # Seeded sampling (the job leaves sampling.seed unset): an unseeded eval differs from itself.
-    return load_job(EXAMPLE / "job.yaml", [f"sampling.seed={SEED}", f"rollout.tool_cassette={json.dumps(cassette)}"])
+    return load_job(EXAMPLE / "job.yaml", [f"sampling.seed={SEED}", f"rollout.tool_cassette={json.dumps(cassette)}",
+                                           f"rollout.schedule={schedule}"])
 
 
 async def arm(job: Any, tasks: list[Any], samples: int, out: Path, engine_kind: str) -> dict[str, Any]:
@@ -117,13 +125,15 @@ def compare(live: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any]:
     same_reward = sum(a[k].score is not None and b[k].score is not None and a[k].score.score == b[k].score.score
                       for k in a if k in b)
     same_tokens = sum(a[k].token_ids == b[k].token_ids for k in a if k in b)
+    same_logprobs = sum(a[k].logprobs == b[k].logprobs for k in a if k in b)
     return {"rollouts": len(a), "same_reward": same_reward, "same_tokens": same_tokens,
-            "identical": same_reward == len(a) == len(b) and same_tokens == len(a),
+            "same_logprobs": same_logprobs,
+            "identical": same_reward == len(a) == len(b) and same_tokens == same_logprobs == len(a),
             "speedup": live["wall_s"] / replay["wall_s"],
             "tools_speedup": live["tools_s"] / max(replay["tools_s"], 1e-9)}
 
 
-def measure(engine_kind: str, tasks: list[Any], samples: int) -> dict[str, Any]:
+def measure(engine_kind: str, tasks: list[Any], samples: int, schedule: str) -> dict[str, Any]:
     """Record live with the server up, stop it, replay: one engine kind's figures."""
     services = load_file(EXAMPLE / "services.py", "parallel_lookup_services")
     out = OUT / "cassette" / engine_kind
@@ -131,29 +141,43 @@ def measure(engine_kind: str, tasks: list[Any], samples: int) -> dict[str, Any]:
     shutil.rmtree(tape, ignore_errors=True)
     with services.serve() as url:
         log(f"{engine_kind}: live, {len(tasks)} tasks x {samples} samples, tool server at {url}, recording")
-        live = asyncio.run(arm(job_with({"mode": "record", "path": str(tape)}), tasks, samples, out / "live",
-                               engine_kind))
+        live = asyncio.run(arm(job_with({"mode": "record", "path": str(tape)}, schedule), tasks, samples,
+                               out / "live", engine_kind))
     stopped = not services.running(url)
     log(f"{engine_kind}: tool server stopped: {stopped}; replay from {tape}")
-    replay = asyncio.run(arm(job_with({"mode": "replay", "path": str(tape)}), tasks, samples, out / "replay",
-                             engine_kind))
+    replay = asyncio.run(arm(job_with({"mode": "replay", "path": str(tape)}, schedule), tasks, samples,
+                             out / "replay", engine_kind))
     return {"server_stopped": stopped, **compare(live, replay),
             "arms": {name: {k: v for k, v in a.items() if k != "rollouts"} for name, a in
                      (("live", live), ("replay", replay))}}
 
 
-def train_job(cassette: dict[str, Any], steps: int, eval_tasks: int) -> Any:
-    """The calculator demo, ``steps`` steps with an evaluation after each, KV reuse off and
-    synchronous rollouts (what docs/training.md names for bit-identical resumes)."""
+def train_job(cassette: dict[str, Any], steps: int, eval_tasks: int, schedule: str) -> Any:
+    """The calculator demo, ``steps`` steps with an evaluation after each and synchronous
+    rollouts; continuous batching also turns KV reuse off (what docs/training.md names for
+    bit-identical resumes), lockstep keeps it."""
     from arft.config import load_job
 
+    kv = ["engine.prefix_cache_mb=0"] if schedule == "continuous" else []
     return load_job(ROOT / "examples" / "calculator" / "job.yaml", [
         f"training.max_steps={steps}", f"training.eval_tasks={eval_tasks}", "training.max_off_policy_steps=0",
-        "method.reinforcement.hyperparameters.eval_interval=1", "engine.prefix_cache_mb=0",
+        "method.reinforcement.hyperparameters.eval_interval=1", *kv, f"rollout.schedule={schedule}",
         f"rollout.tool_cassette={json.dumps(cassette)}"])
 
 
-def train_measure(steps: int, eval_tasks: int) -> dict[str, Any]:
+def same_adapter(a: Path, b: Path) -> bool:
+    """Whether two runs' latest checkpoints hold the same trainable weights, bit for bit."""
+    from safetensors.torch import load_file as load_tensors
+
+    def latest(run: Path) -> dict[str, Any]:
+        name = (run / "checkpoints" / "latest").read_text().strip()
+        return load_tensors(str(run / "checkpoints" / name / "trainable.safetensors"))
+
+    x, y = latest(a), latest(b)
+    return x.keys() == y.keys() and all(x[k].equal(y[k]) for k in x)
+
+
+def train_measure(steps: int, eval_tasks: int, schedule: str) -> dict[str, Any]:
     """``arft train`` of the demo recorded, then replayed: the eval curves side by side."""
     from arft.app.train import train
 
@@ -165,13 +189,14 @@ def train_measure(steps: int, eval_tasks: int) -> dict[str, Any]:
     for name, cassette in (("live", {"mode": "record"}), ("replay", {"mode": "replay", "path": str(tape)})):
         log(f"train {name}: {steps} steps of examples/calculator")
         t0 = time.perf_counter()
-        result = asyncio.run(train(train_job(cassette, steps, eval_tasks), out / name))
+        result = asyncio.run(train(train_job(cassette, steps, eval_tasks, schedule), out / name))
         walls[name] = time.perf_counter() - t0
         curves[name] = {step: s.reward.mean for step, s in sorted(result.evals.items())}
         last = result.history[-1] if result.history else {}
         log(f"  eval curve {curves[name]}, cassette {({k: v for k, v in last.items() if k.startswith('cassette/')})}")
     return {"steps": steps, "eval_tasks": eval_tasks, "curves": curves, "wall_s": walls,
-            "identical": curves["live"] == curves["replay"]}
+            "identical": curves["live"] == curves["replay"],
+            "same_adapter": same_adapter(out / "live", out / "replay")}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -185,14 +210,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--train-steps", type=int, default=0, help="also train the calculator demo this many "
                    "steps recorded, then replayed, and compare the eval curves (0: skip)")
     p.add_argument("--train-eval-tasks", type=int, default=8)
+    p.add_argument("--schedule", choices=["continuous", "lockstep"], default="continuous",
+                   help="rollout.schedule of every arm (lockstep: bit-identical replays)")
     args = p.parse_args(argv)
     tasks = load_split(job_with({"mode": "off"}), "validation", args.tasks)
-    res: dict[str, Any] = {"tasks": len(tasks), "samples": args.samples,
-                           "engines": {kind: measure(kind, tasks, args.samples) for kind in args.engines.split(",")}}
+    res: dict[str, Any] = {"tasks": len(tasks), "samples": args.samples, "schedule": args.schedule,
+                           "engines": {kind: measure(kind, tasks, args.samples, args.schedule)
+                                       for kind in args.engines.split(",")}}
     if args.train_steps:
-        res["train"] = train_measure(args.train_steps, args.train_eval_tasks)
+        res["train"] = train_measure(args.train_steps, args.train_eval_tasks, args.schedule)
     res["verdict"] = verdict(res)
-    record("cassette", res)
+    record("cassette" if args.schedule == "continuous" else f"cassette_{args.schedule}", res)
     rows = [[kind, name, f"{a['wall_s']:.2f}", f"{a['tools_s']:.2f}", a["calls"], f"{a['reward']:.4f}",
              a["cassette"]["misses"] if a["cassette"] else ""]
             for kind, e in res["engines"].items() for name, a in e["arms"].items()]
@@ -207,13 +235,15 @@ def verdict(res: dict[str, Any]) -> str:
     for kind, e in res["engines"].items():
         goal = "met" if e["speedup"] >= GOAL else "not met"
         parts.append(f"{kind} eval: rewards identical in {e['same_reward']}/{e['rollouts']} rollouts (tokens in "
-                     f"{e['same_tokens']}), server stopped: {e['server_stopped']}, eval {e['speedup']:.2f}x faster "
+                     f"{e['same_tokens']}, logprobs in {e.get('same_logprobs', '?')}), "
+                     f"server stopped: {e['server_stopped']}, eval {e['speedup']:.2f}x faster "
                      f"(goal {GOAL:g}x: {goal}), tool time {e['tools_speedup']:.0f}x less")
     if "train" in res:
         t = res["train"]
-        parts.append(f"train ({t['steps']} steps): eval curves {'identical' if t['identical'] else 'differ'} "
+        parts.append(f"train ({t['steps']} steps): eval curves {'identical' if t['identical'] else 'differ'}, "
+                     f"final adapters {'bit-identical' if t.get('same_adapter') else 'differ'} "
                      f"(live {t['curves']['live']}, replay {t['curves']['replay']})")
-    return "; ".join(parts)
+    return f"schedule {res.get('schedule', 'continuous')}: " + "; ".join(parts)
 
 
 if __name__ == "__main__":

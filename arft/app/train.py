@@ -325,9 +325,13 @@ async def _beside_eval(t: Session, due: int | None, work: Awaitable[_T] | None) 
     """``work`` (the next step's generation), with the evaluation of step ``due`` running beside
     it: both sample from the same weights, so their rollouts fill the engine's batches together
     (an evaluation's last long rollouts no longer decode alone). Both finish before this returns,
-    so the next update waits for the evaluation; an error in either cancels the other."""
+    so the next update waits for the evaluation; an error in either cancels the other. Lockstep
+    rollouts (``rollout.schedule``) run the evaluation first, then the work."""
     jobs: list[Awaitable[Any]] = [] if due is None else [evaluate_step(t, due)]
-    results = await together(*jobs, *([] if work is None else [work]))
+    if t.run.job.rollout.schedule == "lockstep":  # one after the other: rounds are per run_many
+        results = [await job for job in [*jobs, *([] if work is None else [work])]]
+    else:
+        results = await together(*jobs, *([] if work is None else [work]))
     return results[-1] if work is not None else None
 
 

@@ -154,6 +154,21 @@ class JobSpec(Spec):
                              "cluster.ray cannot drive them yet: remove cluster.ray, or use agent type 'arft'")
         return self
 
+    @model_validator(mode="after")
+    def _lockstep_runs_here(self) -> JobSpec:
+        if self.rollout.schedule != "lockstep":
+            return self
+        if self.cluster.ray is not None:
+            raise ValueError("rollout.schedule: lockstep runs the rounds of one process's rollouts; the Ray "
+                             "workers share their engine replicas: remove cluster.ray, or use schedule: continuous")
+        if self.agent.type != "arft":
+            raise ValueError(f"rollout.schedule: lockstep holds arft's own loop's turns; agent type "
+                             f"{self.agent.type!r} sends its own requests: use schedule: continuous")
+        if self.training.max_off_policy_steps > 0:
+            raise ValueError("rollout.schedule: lockstep runs a step's rollouts after the previous update; "
+                             "set training.max_off_policy_steps: 0, or use schedule: continuous")
+        return self
+
     @classmethod
     def from_stored(cls, data: dict[str, Any]) -> JobSpec:
         """The job a run stored (``arft.app.run.job_record``). A run recorded before each engine

@@ -39,6 +39,13 @@ class RolloutSpec(Spec):
     """Wall-clock limit of one rollout, in seconds."""
     concurrency: int = 32
     """Rollouts running at once."""
+    schedule: Literal["continuous", "lockstep"] = "continuous"
+    """How turns meet the engine. ``continuous`` (default): a turn joins the engine's batch as
+    soon as its tools answer. ``lockstep``: the turns of all rollouts in flight start together,
+    in task order, so the batches (and the last bits of every logit) do not depend on tool
+    latency: a run replays bit for bit on the transformers engine (docs/replay.md), at the price
+    of each round waiting for its slowest tool call. Evaluations then run before, not beside,
+    the next step's rollouts."""
     on_max_episode_steps: Literal["refuse", "end"] = "refuse"
     """When the tool-call budget is spent: 'refuse' answers further calls with a message (the
     model can still answer); 'end' stops the rollout."""

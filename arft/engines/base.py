@@ -11,12 +11,15 @@ What only some engines can do is declared by a protocol of its own, which caller
 ``isinstance``: ``ConstrainsSampling`` / ``TakesGrammar`` (constrained sampling), ``SyncsWeights`` (samples from its own
 copy of the policy, which ``sync`` updates), ``StampsPolicy`` (says which weights it samples from),
 ``WritesWeights`` (changes the weights it samples from in place, between two forward passes),
-``StreamsTokens`` (hands out tokens as they settle).
+``StreamsTokens`` (hands out tokens as they settle), ``SubmitsTogether`` (takes many calls as one
+admission: lockstep rollouts).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Sequence, runtime_checkable
 
 from arft.chat.constraints import Grammar
@@ -161,6 +164,24 @@ class StreamsTokens(Protocol):
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
                        on_tokens: Callable[[tuple[int, ...]], None] | None = None) -> Generation: ...
+
+
+@dataclass(frozen=True)
+class GenerateCall:
+    """The arguments of one ``generate`` call, for ``SubmitsTogether``."""
+
+    prompt_ids: Sequence[int]
+    params: SamplingParams
+
+
+@runtime_checkable
+class SubmitsTogether(Protocol):
+    """An engine that takes several calls as one admission: none of them runs before all are in,
+    so its passes depend on the calls, not on when each arrived (``arft.rollout.lockstep``)."""
+
+    def submit_together(self, calls: Sequence[GenerateCall]) -> list[asyncio.Future[Generation]]:
+        """Queue every call at once, in order; a future per call, in the same order."""
+        ...
 
 
 def supports_constraints(engine: object) -> bool:

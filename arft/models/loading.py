@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -61,12 +63,19 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
                                   model_type=cfg_dict["model_type"])
     clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     clean.load_state_dict(src.state_dict(), strict=False)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    # A folder of this process's own: two processes converting at once (parallel test workers,
+    # two runs started together) never write into one folder.
+    tmp = out_dir.with_name(f"{out_dir.name}.tmp-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     clean.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
     (tmp / "arft_source.json").write_text(json.dumps({"gguf": str(gguf)}))
-    tmp.rename(out_dir)  # atomic: a half-written cache is never used
+    try:
+        tmp.rename(out_dir)  # atomic: a half-written cache is never used
+    except OSError:
+        if not (out_dir / "config.json").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # another process finished first: use its copy
 
 
 def resolve_model_dir(model: str, cache_dir: Path = DEFAULT_CACHE) -> str:

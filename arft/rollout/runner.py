@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Protocol, Sequence
 
-from arft.config import JobSpec, auto
+from arft.config import JobError, JobSpec, auto
 from arft.engines.base import ChatEngine, SamplingParams, supports_constraints, TakesGrammar, TokenEngine
 from arft.seeds import sample_seed
 from arft.graders.registry import grade_rollout
@@ -17,6 +17,7 @@ from arft.chat.constraints import SchemaKeywords
 from arft.chat.formats import ChatFormat
 from arft.records import new_trace_id, Rollout, Task
 from arft.rollout.conversation import ChatConversation, Conversation, TokenConversation
+from arft.rollout.lockstep import Lockstep
 from arft.rollout.loop import RolloutLimits, run_rollout
 from arft.telemetry import NO_TELEMETRY, Telemetry
 from arft.sandbox.workspace import WorkspaceError, create_workspace, remove_workspace
@@ -100,6 +101,8 @@ class RolloutRunner:
     """The job's agent program (``agent: python | command``); None: arft's own loop."""
     telemetry: Telemetry = NO_TELEMETRY
     """Where each rollout's spans go (``logging.opentelemetry``; a no-op by default)."""
+    schedule: Literal["continuous", "lockstep"] = "continuous"
+    """``rollout.schedule``: lockstep runs ``run_many``'s rollouts in rounds (``arft.rollout.lockstep``)."""
 
     @classmethod
     def from_job(cls, job: JobSpec, engine: TokenEngine | ChatEngine, toolbox: Toolbox, grader: object,
@@ -123,7 +126,7 @@ class RolloutRunner:
             max_tokens=job.rollout.max_tokens, tool_choice=job.rollout.tool_choice,
             workspace_root=workspace_root,
             workspace=pattern, base_dir=job.base_dir, concurrency=job.rollout.concurrency,
-            constrain=constrain, schema_keywords=job.rollout.schema_keywords)
+            constrain=constrain, schema_keywords=job.rollout.schema_keywords, schedule=job.rollout.schedule)
 
     def keywords_for(self, task: Task) -> SchemaKeywords:
         """``schema_keywords`` for ``task``'s schemas: ``auto`` is lenient for a row's own
@@ -132,22 +135,25 @@ class RolloutRunner:
             return self.schema_keywords
         return "lenient" if task.tools is not None else "strict"
 
-    def conversation(self, task: Task, seed: int | None = None) -> Conversation:
+    def conversation(self, task: Task, seed: int | None = None,
+                     engine: TokenEngine | ChatEngine | None = None) -> Conversation:
+        """``task``'s conversation with the runner's engine (or ``engine``: a lockstep seat's)."""
+        engine = self.engine if engine is None else engine
         choice = task.tool_choice if task.tool_choice is not None else self.tool_choice
         params = self.params
         if task.parallel_tool_calls is not None and task.parallel_tool_calls != params.parallel_tool_calls:
             params = params.model_copy(update={"parallel_tool_calls": task.parallel_tool_calls})
-        if isinstance(self.engine, TokenEngine):
-            return TokenConversation(self.engine, self.chat_format, params, self.max_tokens, choice,
+        if isinstance(engine, TokenEngine):
+            return TokenConversation(engine, self.chat_format, params, self.max_tokens, choice,
                                      seed=seed, constrain=self.constrain,
                                      schema_keywords=self.keywords_for(task))
-        return ChatConversation(self.engine, params, self.max_tokens, choice, seed=seed)
+        return ChatConversation(engine, params, self.max_tokens, choice, seed=seed)
 
     async def run_one(self, task: Task, sample_index: int, *, run_id: str = "", step: int | None = None,
-                      seed: int | None = None) -> Rollout:
+                      seed: int | None = None, engine: TokenEngine | None = None) -> Rollout:
         """One rollout of ``task``: run, grade, store. ``run_id`` and ``step`` are stamped on the
         record (``Rollout.step``: the training step it belongs to); ``seed``: see
-        ``TokenConversation``."""
+        ``TokenConversation``; ``engine``: a lockstep seat's, instead of the runner's."""
         trace_id = new_trace_id()
         workspace = self._workspace(trace_id, task)
         trace = self.telemetry.rollout(trace_id, run_id=run_id, task_id=task.id, sample_index=sample_index,
@@ -158,7 +164,7 @@ class RolloutRunner:
                     rollout = await self.driver.rollout(task, trace_id=trace_id, run_id=run_id,
                                                         sample_index=sample_index, step=step, seed=seed)
                 else:
-                    rollout = await run_rollout(self.conversation(task, seed), task, self.toolbox.lookup,
+                    rollout = await run_rollout(self.conversation(task, seed, engine), task, self.toolbox.lookup,
                                                 self.limits, trace_id=trace_id, run_id=run_id,
                                                 sample_index=sample_index, workspace=workspace, step=step,
                                                 trace=trace)
@@ -199,13 +205,29 @@ class RolloutRunner:
                 check_tool_grammar(self.engine, self.chat_format, task.tools or (), self.constrain,
                                    self.keywords_for(task))
         gate = asyncio.Semaphore(self.concurrency)
+        lockstep = self._lockstep(len(tasks) * samples)
 
         async def one(i: int, task: Task, k: int) -> Rollout:
             rollout_seed = None if seed is None else sample_seed(seed, samples, i, k)
-            async with gate:
-                rollout = await self.run_one(task, k, run_id=run_id, step=step, seed=rollout_seed)
+            if lockstep is not None:
+                async with lockstep.seat(i * samples + k) as engine:
+                    rollout = await self.run_one(task, k, run_id=run_id, step=step, seed=rollout_seed,
+                                                 engine=engine)
+            else:
+                async with gate:
+                    rollout = await self.run_one(task, k, run_id=run_id, step=step, seed=rollout_seed)
             if on_done is not None:
                 on_done(rollout)
             return rollout
 
         return await together(*(one(i, t, k) for i, t in enumerate(tasks) for k in range(samples)))
+
+    def _lockstep(self, rollouts: int) -> Lockstep | None:
+        """The rounds of one ``run_many`` (``schedule: lockstep``), or None (continuous)."""
+        if self.schedule != "lockstep":
+            return None
+        if self.driver is not None or not isinstance(self.engine, TokenEngine):
+            raise JobError("rollout.schedule: lockstep runs arft's own loop over a token engine (transformers "
+                           "or vllm); an agent program or a chat engine sends its own requests: set "
+                           "rollout.schedule: continuous")
+        return Lockstep(self.engine, self.concurrency, rollouts)

@@ -54,7 +54,7 @@ from arft.chat.constraints import Grammar, ToolGrammar
 from arft.config import JobError
 from arft.cpu import cascade, packed_linear
 from arft.cpu import threads as cpu_threads
-from arft.engines.base import EngineError, Generation, SamplingParams
+from arft.engines.base import EngineError, GenerateCall, Generation, SamplingParams
 from arft.engines.call_closing import CallCloser, RowBudget
 from arft.engines.factory import transformers_options
 from arft.engines.grammar import ToolCallMasker
@@ -214,22 +214,49 @@ class TransformersEngine:
         """Sample a completion of ``prompt_ids``; concurrent calls share forward passes.
         ``on_tokens`` (streaming) gets, on this event loop and before the result, each run of new
         settled token ids (a look-ahead past a stop string waits until it is kept or dropped)."""
+        return await self.submit_together([GenerateCall(prompt_ids, params)], on_tokens)[0]
+
+    def submit_together(self, calls: Sequence[GenerateCall],
+                        on_tokens: Callable[[tuple[int, ...]], None] | None = None,
+                        ) -> list[asyncio.Future[Generation]]:
+        """Put every call in the inbox at once, in order (``SubmitsTogether``): the worker takes
+        none of them before it can take all, so the passes that run them depend on the calls
+        alone, not on when each arrived (lockstep rollouts, ``arft.rollout.lockstep``). A call
+        that fails before it runs (a bad prompt, a grammar that does not compile) fails alone."""
         if self._closed:
             raise EngineError("the transformers engine is closed: create a new engine to generate")
-        prompt = checked_prompt(prompt_ids, self.vocab_size)
-        if params.max_new_tokens <= 0:
-            return Generation(token_ids=(), logprobs=(), text="", finish_reason="length")
-        matcher = None
-        if params.grammar is not None:  # compile errors belong to this caller, not the batch
-            matcher = self.masker.matcher(self.masker.compile(params.grammar), params.grammar.prefill)
         loop = asyncio.get_running_loop()
-        self._ensure_batcher(loop)
-        request = Request(prompt, params, loop.create_future(), loop, matcher, on_tokens)
-        with self._lock:
-            self._inbox.append(request)
-        assert self._wakeup is not None
-        self._wakeup.set()
-        return await request.future
+        futures: list[asyncio.Future[Generation]] = []
+        requests: list[Request] = []
+        for call in calls:
+            future: asyncio.Future[Generation] = loop.create_future()
+            futures.append(future)
+            try:
+                request = self._request(call, future, loop, on_tokens)
+            except Exception as e:  # noqa: BLE001 - this call's error, not the others'
+                future.set_exception(e)
+                continue
+            if request is None:  # nothing to sample
+                future.set_result(Generation(token_ids=(), logprobs=(), text="", finish_reason="length"))
+            else:
+                requests.append(request)
+        if requests:
+            self._ensure_batcher(loop)
+            with self._lock:
+                self._inbox.extend(requests)
+            assert self._wakeup is not None
+            self._wakeup.set()
+        return futures
+
+    def _request(self, call: GenerateCall, future: asyncio.Future[Generation], loop: asyncio.AbstractEventLoop,
+                 on_tokens: Callable[[tuple[int, ...]], None] | None) -> Request | None:
+        prompt = checked_prompt(call.prompt_ids, self.vocab_size)
+        if call.params.max_new_tokens <= 0:
+            return None
+        matcher = None
+        if call.params.grammar is not None:  # compile errors belong to this caller, not the batch
+            matcher = self.masker.matcher(self.masker.compile(call.params.grammar), call.params.grammar.prefill)
+        return Request(prompt, call.params, future, loop, matcher, on_tokens)
 
     async def aclose(self) -> None:
         """Stop the batcher; requests still waiting or generating fail with ``EngineError``."""
