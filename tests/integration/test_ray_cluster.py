@@ -6,11 +6,13 @@ loses and duplicates nothing, and every tool call runs on the worker that owns i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -36,8 +38,11 @@ def _ray(*args: str, env: dict[str, str]) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A two-node cluster (2 CPUs each) on 127.0.0.1; yields its address."""
     tmp = tmp_path_factory.mktemp("ray")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(Path(__file__).parents[2])}
-    common = ["--num-cpus=2", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    # No idle workers prestarted for the driver (every actor starts a process of its own) and no log
+    # monitor (the driver reads no worker logs): fewer processes competing for a small machine's CPUs.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_prestart_worker_first_driver": "0",
+           "PYTHONPATH": str(Path(__file__).parents[2])}
+    common = ["--num-cpus=2", "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--include-log-monitor=false"]
     _ray("start", "--head", f"--port={PORT}", "--include-dashboard=false", f"--temp-dir={tmp}", *common, env=env)
     try:
         _ray("start", f"--address=127.0.0.1:{PORT}", *common, env=env)
@@ -45,8 +50,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _kill_cluster(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kill_cluster(tmp: Path) -> None:
+    """SIGKILL this cluster's processes: those whose command line names its temp dir or its port
+    (the GCS, raylets, agents, the client server), and their children (the actors). Not `ray stop`:
+    it stops every Ray of the machine, then waits for each of its 3 groups of processes to be reaped
+    (seconds each where the init process reaps slowly); a killed process frees its ports at once."""
+    import psutil
+
+    ours = [p for p in psutil.process_iter(["cmdline"])
+            if any(str(tmp) in arg or f":{PORT}" in arg for arg in p.info["cmdline"] or [])]
+    for proc in list(ours):
+        with contextlib.suppress(psutil.Error):
+            ours += proc.children(recursive=True)
+    for proc in ours:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 def on_ray(job: Any, address: str, **ray_spec: Any) -> Any:
@@ -67,19 +89,62 @@ def per_step(run_dir: Path) -> dict[int | None, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-async def test_training_on_two_nodes_matches_the_single_process_run(cluster: str, tmp_path: Path,
-                                                                    tokenizer: Any) -> None:
+@dataclass
+class KilledRun:
+    """A 2-step run of ``write_job``'s job on the cluster with one actor killed in the middle of step 1."""
+
+    job: Path
+    run_dir: Path
+    result: Any
+    """Its ``TrainResult``."""
+    killed: list[int]
+    """The step the actor was killed in (once)."""
+    statuses: list[str]
+
+
+async def train_killing(victim: str, cluster: str, tmp: Path, tokenizer: Any) -> KilledRun:
+    """Train 2 steps on the cluster, killing the actor named ``victim`` at step 1's first stored rollout."""
+    from arft.app.cluster.driver import actor_prefix
+    from arft.app.train import train
+    from arft.tracing.run_dir import RunDir
+
+    job_path, run_dir = write_job(tmp), tmp / "run"
+    job = load_job(job_path)
+    job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": 2})})
+    killed: list[int] = []
+    statuses: list[str] = []
+
+    def point(name: str, step: int) -> None:
+        if name == "generation" and step == 1 and not killed:
+            killed.append(step)
+            ray.kill(ray.get_actor(actor_prefix(RunDir(run_dir)) + victim), no_restart=False)
+
+    result = await train(on_ray(job, cluster), run_dir, model=tiny(tokenizer), tokenizer=tokenizer,
+                         grader=LengthGrader(), hooks=_hooks(statuses, point))
+    return KilledRun(job_path, run_dir, result, killed, statuses)
+
+
+@pytest.fixture(scope="module")
+def worker_killed(cluster: str, tmp_path_factory: pytest.TempPathFactory, tokenizer: Any) -> KilledRun:
+    """The run with rollout worker 0 killed, shared (one cluster run less): it must match the
+    single-process run (its rollouts ran again on the other worker with the same seeds) and
+    lose and duplicate nothing. Its tests only read its run directory."""
+    return asyncio.run(train_killing("worker-0", cluster, tmp_path_factory.mktemp("worker-killed"), tokenizer))
+
+
+async def test_training_on_two_nodes_matches_the_single_process_run(cluster: str, worker_killed: KilledRun,
+                                                                    tmp_path: Path, tokenizer: Any) -> None:
+    """The first 2 steps on the cluster are ``worker_killed``'s run (a worker died in step 1)."""
     from arft.app.train import train
 
-    job = load_job(write_job(tmp_path))
+    job = load_job(worker_killed.job)
     kw = dict(tokenizer=tokenizer, grader=LengthGrader())
     local = await train(job, tmp_path / "local", model=tiny(tokenizer), max_batch_size=4, **kw)
-    statuses: list[str] = []
-    two = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": 2})})
-    first = await train(on_ray(two, cluster), tmp_path / "ray", model=tiny(tokenizer), hooks=_hooks(statuses), **kw)
-    assert any("on Ray: 2 nodes" in s for s in statuses)  # actors really spread over both nodes
+    first = worker_killed.result
+    assert any("on Ray: 2 nodes" in s for s in worker_killed.statuses)  # actors really spread over both nodes
     assert [m["step"] for m in first.history] == [1, 2] and set(first.evals) == {0, 2}
-    # interrupted after step 2: resumed on the cluster to step 3
+    # interrupted after step 2: resumed on the cluster to step 3 (in a copy: the killed-actor test reads it)
+    shutil.copytree(worker_killed.run_dir, tmp_path / "ray")
     rest = await train(on_ray(job, cluster), tmp_path / "ray", resume=True, model=tiny(tokenizer), **kw)
     remote = first.history + rest.history
     assert [m["step"] for m in rest.history] == [3] and set(rest.evals) == {0, 2, 3}
@@ -96,31 +161,22 @@ def _hooks(statuses: list[str], point: Any = None) -> Any:
     return Hooks(status=statuses.append, point=point or (lambda name, step: None))
 
 
+@pytest.fixture
+def killed(victim: str, request: pytest.FixtureRequest, cluster: str, tmp_path: Path, tokenizer: Any) -> KilledRun:
+    """``victim``'s run: the shared ``worker_killed`` for rollout worker 0, else a run of its own."""
+    if victim == "worker-0":
+        return request.getfixturevalue("worker_killed")
+    return asyncio.run(train_killing(victim, cluster, tmp_path, tokenizer))
+
+
 @pytest.mark.parametrize("victim", ["worker-0", "replica-0"])
-async def test_a_killed_actor_loses_and_duplicates_nothing(cluster: str, tmp_path: Path, tokenizer: Any,
-                                                           victim: str) -> None:
+def test_a_killed_actor_loses_and_duplicates_nothing(killed: KilledRun) -> None:
     """Kill a rollout worker (its rollouts run again on the other) or the engine replica (it
     restarts on the published weights; the generations retry) in the middle of step 1."""
-    from arft.app.cluster.driver import actor_prefix
-    from arft.app.train import train
-    from arft.tracing.run_dir import RunDir
-
-    job = load_job(write_job(tmp_path))
-    job = job.model_copy(update={"training": job.training.model_copy(update={"max_steps": 2})})
-    run_dir = tmp_path / "run"
-    killed: list[int] = []
-
-    def point(name: str, step: int) -> None:
-        if name == "generation" and step == 1 and not killed:
-            killed.append(step)
-            ray.kill(ray.get_actor(actor_prefix(RunDir(run_dir)) + victim), no_restart=False)
-
-    result = await train(on_ray(job, cluster), run_dir, model=tiny(tokenizer), tokenizer=tokenizer,
-                         grader=LengthGrader(), hooks=_hooks([], point))
-    assert killed == [1] and [m["step"] for m in result.history] == [1, 2]
-    counts = {step: len(ids) for step, ids in per_step(run_dir).items()}
+    assert killed.killed == [1] and [m["step"] for m in killed.result.history] == [1, 2]
+    counts = {step: len(ids) for step, ids in per_step(killed.run_dir).items()}
     assert counts == {1: 6, 2: 6}  # batch 2 x group 3 per step: none lost, none stored twice
-    with RunStore(run_dir / "arft.sqlite") as store:
+    with RunStore(killed.run_dir / "arft.sqlite") as store:
         traces = [r.trace_id for r in store.rollouts()]
     assert len(traces) == len(set(traces))
 

@@ -97,6 +97,14 @@ class ServerOptions:
         return env
 
 
+PORT_TRIES = 3
+"""Starts tried, each on a port of its own, when the port picked was taken before the server bound it."""
+
+
+class PortTaken(EngineError):
+    """The server could not bind the port picked for it (another process took it meanwhile)."""
+
+
 class VLLMServer:
     """One server process (``start``), its base URL, and ``stop``."""
 
@@ -108,29 +116,40 @@ class VLLMServer:
     def start(cls, options: ServerOptions, python: str, log: Path, timeout_s: float = 600,
               on_status: Callable[[str], None] = lambda s: None) -> "VLLMServer":
         """Start the server and wait for ``/health`` (``EngineError`` with the log's tail when the
-        process dies or does not answer within ``timeout_s``)."""
+        process dies or does not answer within ``timeout_s``).
+
+        The port is free when picked, but the server binds it only after its imports (10 s and
+        more): when another process took it meanwhile, the server is started again on another."""
         from arft.serving import free_port
 
-        port = free_port()
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as out:
-            process = subprocess.Popen(options.command(python, port), stdout=out, stderr=subprocess.STDOUT,
-                                       env=options.env(), start_new_session=True)
-        server = cls(process, f"http://127.0.0.1:{port}", log)
-        try:
-            server._wait(timeout_s, on_status)
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        for attempt in range(1, PORT_TRIES + 1):
+            port = free_port()
+            with log.open("ab") as out:
+                process = subprocess.Popen(options.command(python, port), stdout=out, stderr=subprocess.STDOUT,
+                                           env=options.env(), start_new_session=True)
+            server = cls(process, f"http://127.0.0.1:{port}", log)
+            try:
+                server._wait(timeout_s, on_status)
+                return server
+            except PortTaken:
+                server.stop()
+                if attempt == PORT_TRIES:
+                    raise
+                on_status(f"port {port} was taken while the vLLM server started: starting it on another")
+            except BaseException:
+                server.stop()
+                raise
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def _wait(self, timeout_s: float, on_status: Callable[[str], None]) -> None:
         start, told = time.monotonic(), -10.0
         while True:
             waited = time.monotonic() - start
             if self.process.poll() is not None:
-                raise EngineError(f"the vLLM server exited with code {self.process.returncode} while "
-                                  f"starting; its log ({self.log}) ends with:\n{self.tail()}")
+                error = PortTaken if "Address already in use" in self.tail() else EngineError
+                raise error(f"the vLLM server exited with code {self.process.returncode} while "
+                            f"starting; its log ({self.log}) ends with:\n{self.tail()}")
             try:
                 if httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200:
                     on_status(f"vLLM server up after {waited:.0f} s")
@@ -143,7 +162,7 @@ class VLLMServer:
             if waited - told >= 10:  # every 10 s: a log read without a terminal stays short
                 on_status(f"starting the vLLM server ({waited:.0f} s; log: {self.log})")
                 told = waited
-            time.sleep(1.0)
+            time.sleep(0.25)  # a refused connection is cheap: the caller learns of the start sooner
 
     def tail(self, lines: int = 25) -> str:
         try:
