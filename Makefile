@@ -52,8 +52,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/arft train examples/calculator/job.yaml
 
+# On every core (pytest-xdist): each test module runs whole on one worker (tests/conftest.py), so
+# its expensive fixtures (a vLLM server, a Ray cluster) start once.
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 # Every benchmark at its small QUICK size (python -m bench list shows them and what each claims;
 # those that need a GPU, vLLM, Ray or minutes of CPU are skipped with the reason). Full runs:

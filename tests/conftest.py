@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+
+# pytest-xdist gives its workers the controller's COLUMNS; a rich console created at import would
+# then keep that width for good. Without it the consoles read COLUMNS when they print, so the CLI
+# tests can ask for a wide one (tests/unit/cli/runner.py).
+os.environ.pop("COLUMNS", None)
+
+# With several xdist workers, each worker's torch (and the servers it starts) gets its share of
+# the cores: two workers of two OpenMP threads each on two cores wait on each other at every op.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +36,13 @@ def tiny_model(tokenizer: Any) -> Any:
 
     torch.set_num_threads(1)
     return build(tokenizer)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs on every core (pytest-xdist, ``--dist loadgroup``): each test module is one
+    group, so a module's expensive fixtures (a vLLM server, a Ray cluster) start once, on one
+    worker. A module may name a group of its own to share a worker with others (a fixed port)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
