@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
-# pytest-xdist gives its workers the controller's COLUMNS; a rich console created at import would
-# then keep that width for good. Without it the consoles read COLUMNS when they print, so the CLI
-# tests can ask for a wide one (tests/unit/cli/runner.py).
-os.environ.pop("COLUMNS", None)
+# A parallel worker's consoles are wide: rich folds a line at the console's width, even inside a
+# path, and a worker's temporary paths are longer (popen-gwN/), so the 80 columns that pytest-xdist
+# passes on would fold messages the tests look for. (Only in workers: the controller prints the
+# progress, at the terminal's own width.)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["COLUMNS"] = "400"
 
 # With several xdist workers, each worker's torch (and the servers it starts) gets its share of
 # the cores: two workers of two OpenMP threads each on two cores wait on each other at every op.

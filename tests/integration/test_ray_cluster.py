@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -35,9 +36,11 @@ def _ray(*args: str, env: dict[str, str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def cluster() -> Iterator[str]:
     """A two-node cluster (2 CPUs each) on 127.0.0.1; yields its address."""
-    tmp = tmp_path_factory.mktemp("ray")
+    # A short folder of its own, not pytest's: Ray's sockets live under it, and a socket's path may
+    # not exceed 107 bytes (a parallel test worker's temporary paths are longer).
+    tmp = Path(tempfile.mkdtemp(prefix="arft-ray-"))
     # No idle workers prestarted for the driver (every actor starts a process of its own) and no log
     # monitor (the driver reads no worker logs): fewer processes competing for a small machine's CPUs.
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_prestart_worker_first_driver": "0",

@@ -12,9 +12,8 @@ from arft.cli.main import app as cli
 
 
 def invoke(*args: str) -> Result:
-    """``arft ARGS...`` through the real app; stdout and stderr are kept apart. The console is
-    wide, so a long temporary path (a parallel test worker's) is never folded mid-word."""
-    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "400"})
+    """``arft ARGS...`` through the real app; stdout and stderr are kept apart."""
+    return CliRunner().invoke(cli, list(args))
 
 
 def flat(text: str) -> str:
