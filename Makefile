@@ -52,10 +52,11 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/arft train examples/calculator/job.yaml
 
-# On every core (pytest-xdist): each test module runs whole on one worker (tests/conftest.py), so
-# its expensive fixtures (a vLLM server, a Ray cluster) start once.
+# On every core (pytest-xdist): each test file runs whole on one worker (--dist loadfile), so its
+# module fixtures (a vLLM server, a Ray cluster) start once; files go out in collection order, so
+# the slow end-to-end and integration files start first.
 test: setup
-	$(BIN)/python -m pytest -n auto --dist loadgroup
+	$(BIN)/python -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 # Every benchmark at its small QUICK size (python -m bench list shows them and what each claims;
 # those that need a GPU, vLLM, Ray or minutes of CPU are skipped with the reason). Full runs:

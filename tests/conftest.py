@@ -39,12 +39,3 @@ def tiny_model(tokenizer: Any) -> Any:
     torch.set_num_threads(1)
     return build(tokenizer)
 
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` runs on every core (pytest-xdist, ``--dist loadgroup``): each test module is one
-    group, so a module's expensive fixtures (a vLLM server, a Ray cluster) start once, on one
-    worker. A module may name a group of its own to share a worker with others (a fixed port)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))

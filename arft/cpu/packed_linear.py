@@ -29,8 +29,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from arft.cpu import patch
 from arft.models.hf_model import param_state
-from arft.cpu.trainer_pass import ThreadFlag
 
 if TYPE_CHECKING:
     import torch
@@ -41,13 +41,6 @@ ROWS_HINT = 32
 """The batch size the packed layout is tuned for (the engine's default decode batch)."""
 DTYPES = ("float32", "bfloat16")
 """The weight dtypes packed; bfloat16 only where the CPU runs oneDNN's bf16 path (``supports``)."""
-
-_PASSES = ThreadFlag()
-_PACKS: "weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], tuple[Any, ...], torch.Tensor]]" = (
-    weakref.WeakKeyDictionary())
-"""Each layer's packed weight (or a fused group's, under its owner module), with weak references
-to the parameters it was packed from and their ``param_state`` then. Kept outside the modules so
-that copying or pickling a model never meets oneDNN's opaque tensors."""
 
 
 def available() -> bool:
@@ -95,13 +88,13 @@ def enable(model: Any) -> int:
 @contextlib.contextmanager
 def packed_passes() -> Iterator[None]:
     """Within this block, on this thread, enabled layers take the packed path."""
-    with _PASSES.on():
+    with patch.PACKED_PASSES.on():
         yield
 
 
 def packed_weight(module: "torch.nn.Module") -> "torch.Tensor | None":
     """The packed copy of ``module``'s weight, if a packed pass made one."""
-    entry = _PACKS.get(module)
+    entry = patch.PACKS.get(module)
     return None if entry is None else entry[2]
 
 
@@ -109,7 +102,7 @@ def forget(model: Any) -> None:
     """Drop the packs of ``model``'s layers (weights written where ``param_state`` cannot see it,
     or memory to free); the next packed pass packs again."""
     for module in model.modules():
-        _PACKS.pop(module, None)
+        patch.PACKS.pop(module, None)
 
 
 @functools.cache
@@ -142,7 +135,7 @@ def _forward(self: "torch.nn.Linear", x: "torch.Tensor") -> "torch.Tensor":
     import torch.nn.functional as F
 
     weight, bias = self.weight, self.bias
-    if not _PASSES:  # the trainer, HF generate: nothing else is looked at
+    if not patch.PACKED_PASSES:  # the trainer, HF generate: nothing else is looked at
         return F.linear(x, weight, bias)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
     if (grad or x.dtype != weight.dtype or x.numel() > MAX_ROWS * x.shape[-1] or weight.device.type != "cpu"
@@ -162,10 +155,10 @@ def packed(owner: Any, weights: "list[torch.Tensor]",
     import torch
 
     state = (*(param_state(w) for w in weights), key)
-    entry = _PACKS.get(owner)
+    entry = patch.PACKS.get(owner)
     if entry is None or entry[1] != state or any(ref() is not w for ref, w in zip(entry[0], weights)):
         detached = [w.detach() for w in weights]
         stacked = build(detached) if build is not None else detached[0] if len(weights) == 1 else torch.cat(detached)
-        entry = _PACKS[owner] = (tuple(weakref.ref(w) for w in weights), state,
+        entry = patch.PACKS[owner] = (tuple(weakref.ref(w) for w in weights), state,
                                  torch.ops.mkldnn._reorder_linear_weight(stacked, ROWS_HINT))
     return entry[2]

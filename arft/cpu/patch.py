@@ -27,7 +27,10 @@ passes, on the CPU where the kernels run); ``installed(policy)`` counts what a p
 
 It keeps at module level what ``uninstall`` needs to restore exactly what was there: what it
 replaced process-wide, which policies hold the rotation, each model's attention implementation
-before arft's (the patches' only state: the ops keep none).
+before arft's. It is also the one home of the rest of ``arft.cpu``'s process-wide state, read by
+the patched code at each call: the per-thread switches that tell it which path to take
+(``TRAINER_PASSES``, ``PACKED_PASSES``) and the packed weights of ``packed_linear``'s layers
+(``PACKS``). The ops and the other modules keep none.
 """
 
 from __future__ import annotations
@@ -61,6 +64,20 @@ _IN_ROTARY_LAYER = ThreadFlag()
 """On, for its thread, during the forward of an attention layer the rotation was installed on."""
 _ATTENTION_BEFORE: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
 """Each model's attention implementation before arft's attention function replaced it."""
+
+TRAINER_PASSES = ThreadFlag()
+"""On inside the trainer's own passes (the learner's old-logprob pass): the fused functions the
+update uses (``arft.cpu.ops``, ``train_attention``) run there without a gradient too, so that its
+old-logprob pass computes exactly what its update pass computes."""
+PACKED_PASSES = ThreadFlag()
+"""On inside the engine's small passes (``packed_linear.packed_passes``): enabled linear layers take
+oneDNN's packed path."""
+PACKS: "weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], tuple[Any, ...], torch.Tensor]]" = (
+    weakref.WeakKeyDictionary())
+"""Each packed layer's packed weight (or a fused group's, under its owner module), with weak
+references to the parameters it was packed from and their ``param_state`` then
+(``packed_linear.packed``). Kept outside the modules so that copying or pickling a model never
+meets oneDNN's opaque tensors."""
 
 
 class Installed(NamedTuple):

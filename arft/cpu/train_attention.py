@@ -11,7 +11,7 @@ rounding more, dK's and dV's smaller; tested).
 
 ``attend`` is the trainer's call of the one attention function (``arft.cpu.attention``): a layer
 that ``arft.cpu.patch`` marked (``MARK``) takes the kernels when it records a gradient or is one of
-the trainer's own passes (``arft.cpu.trainer_pass.TRAINER_PASSES``: its old-logprob pass then
+the trainer's own passes (``arft.cpu.patch.TRAINER_PASSES``: its old-logprob pass then
 computes exactly what its update computes), runs in bfloat16 on a CPU whose kernels load, with
 heads of a multiple of 32, no dropout, softcap, sinks or sliding window, and a mask that is causal
 with right padding (the trainer's micro-batches, and the shared-prefix pass's queries after the
@@ -25,7 +25,7 @@ import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from arft.cpu import kernels as cpu_kernels
-from arft.cpu.trainer_pass import TRAINER_PASSES
+from arft.cpu import patch
 
 if TYPE_CHECKING:
     import torch
@@ -100,7 +100,7 @@ def takes(module: "torch.nn.Module", query: "torch.Tensor", key: "torch.Tensor",
     tensors = (query, key, value)
     return (getattr(module, MARK, False) and getattr(module, "is_causal", True) and kwargs.get("is_causal") is not False
             and kernels.train.attention_backward_runs
-            and ((torch.is_grad_enabled() and any(x.requires_grad for x in tensors)) or bool(TRAINER_PASSES))
+            and ((torch.is_grad_enabled() and any(x.requires_grad for x in tensors)) or bool(patch.TRAINER_PASSES))
             and not dropout and all(kwargs.get(k) is None for k in _SPECIAL)
             and all(x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.dim() == 4 and x.stride(-1) == 1
                     and not any(s % 2 for s in x.stride()[:-1]) for x in tensors)

@@ -1,6 +1,7 @@
 """A switch that is on for one thread inside a ``with`` block: how a caller tells the layers it
 calls into which path to take (the engine's packed passes, the trainer's fused passes) without
-passing an argument through every module of a model."""
+passing an argument through every module of a model. The switches themselves live with the
+rest of arft's process-wide state, in ``arft.cpu.patch`` (``TRAINER_PASSES``, ``PACKED_PASSES``)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,3 @@ class ThreadFlag:
             yield
         finally:
             self._local.on = before
-
-
-TRAINER_PASSES = ThreadFlag()
-"""On inside the trainer's own passes (the learner's old-logprob pass): the fused functions the
-update uses (``arft.cpu.ops``) run there without a gradient too, so that its old-logprob pass
-computes exactly what its update pass computes."""

@@ -191,7 +191,7 @@ class Learner:
     def _logprobs_no_grad(self, mb: Tensors) -> Any:
         import torch
 
-        from arft.cpu.trainer_pass import TRAINER_PASSES  # the update pass's arithmetic, for a ratio of 1
+        from arft.cpu.patch import TRAINER_PASSES  # the update pass's arithmetic, for a ratio of 1
 
         with torch.no_grad(), self._autocast(), TRAINER_PASSES.on():
             return self._token_logprobs(self.policy, mb, self.loss_cfg.temperature)[0]

@@ -76,3 +76,59 @@ def test_the_engines_root_keeps_only_what_every_engine_shares() -> None:
     a big backend's internals go to its own folder (``transformers/``, ``vllm/``), not beside them."""
     root = sorted(p.name for p in (PACKAGE / "engines").glob("*.py"))
     assert len(root) <= 8, f"engines/ root has {len(root)} files: {root}; give a big backend its folder"
+
+
+STATE_MODULE = "arft/cpu/patch.py"
+"""The one module that keeps process-wide mutable state: what the CPU patches replaced, and the
+switches and caches the patched code reads at each call."""
+SHARED_LOCKS = {
+    "arft/graders/text_similarity.py:_WORDNET_LOCK": "nltk's WordNet reader is nltk's own process-wide object",
+    "arft/graders/text_similarity.py:_EMBEDDER_LOCK": "the one embedding model the process loads",
+}
+"""Module-level locks that serialise a third party's process-wide object (state of theirs, not ours)."""
+MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque", "WeakKeyDictionary",
+                 "WeakValueDictionary", "WeakSet", "local", "ThreadFlag", "Lock", "RLock", "count"}
+
+
+def module_state(package: Path = PACKAGE) -> list[str]:
+    """Module-level mutable objects and ``global`` statements outside ``STATE_MODULE``: a container
+    built by a call, one bound to a lower-case name (an UPPER_CASE literal is a constant table),
+    a lock or a thread-local; one line each."""
+    found: list[str] = []
+    for path in sorted(package.rglob("*.py")):
+        name = path.relative_to(package.parent).as_posix()
+        if name == STATE_MODULE:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if value is not None else []
+            for target in (t.id for t in targets if isinstance(t, ast.Name)):
+                if _mutable(target, value) and f"{name}:{target}" not in SHARED_LOCKS:
+                    found.append(f"{name}:{node.lineno} {target}")
+        found += [f"{name}:{n.lineno} global {', '.join(n.names)}" for n in ast.walk(tree) if isinstance(n, ast.Global)]
+    return found
+
+
+def _mutable(target: str, value: ast.expr | None) -> bool:
+    if isinstance(value, ast.Call):
+        func = value.func
+        return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) in MUTABLE_CALLS
+    literal = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp))
+    return literal and target != "__all__" and not target.lstrip("_").isupper()
+
+
+def test_process_wide_state_lives_in_the_patch_module() -> None:
+    found = module_state()
+    assert not found, (f"module-level mutable state outside {STATE_MODULE} (pass it in, keep it on an "
+                       "object, or move it there with the reason):\n" + "\n".join(found))
+
+
+def test_the_state_check_sees_containers_locks_and_globals(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "state.py").write_text("import threading\nTABLE = {'a': 1}\ncache = {}\n_LOCK = threading.Lock()\n"
+                                      "SEEN: list[int] = list()\n__all__ = ['x']\n"
+                                      "def f():\n    global cache\n    cache = {}\n")
+    assert module_state(package) == ["pkg/state.py:3 cache", "pkg/state.py:4 _LOCK", "pkg/state.py:5 SEEN",
+                                     "pkg/state.py:8 global cache"]

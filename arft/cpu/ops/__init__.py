@@ -14,7 +14,7 @@ The ops patch nothing: ``arft.cpu.patch`` puts their dispatch into a model (``in
 
 from __future__ import annotations
 
-from arft.cpu.trainer_pass import TRAINER_PASSES
+from arft.cpu import patch
 
 
 def recorded() -> bool:
@@ -23,4 +23,4 @@ def recorded() -> bool:
     update computes, without a gradient)."""
     import torch
 
-    return torch.is_grad_enabled() or bool(TRAINER_PASSES)
+    return torch.is_grad_enabled() or bool(patch.TRAINER_PASSES)

@@ -18,7 +18,7 @@ from arft.cpu import kernels as cpu_kernels
 from arft.cpu import attention
 from arft.cpu import patch
 from arft.cpu import train_attention
-from arft.cpu.trainer_pass import TRAINER_PASSES
+from arft.cpu.patch import TRAINER_PASSES
 
 KERNELS = cpu_kernels.load()
 ATTENTION = {"attention"}

@@ -14,7 +14,7 @@ from arft.config import TrainingSpec
 from arft.cpu import kernels as cpu_kernels
 from arft.cpu import patch
 from arft.cpu.ops import rms_norm
-from arft.cpu.trainer_pass import TRAINER_PASSES
+from arft.cpu.patch import TRAINER_PASSES
 from arft.trainer.learner import Learner, wrap_policy
 from tests.unit.trainer.test_learner import rollout
 

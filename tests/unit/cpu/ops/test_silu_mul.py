@@ -12,7 +12,7 @@ import torch
 from arft.cpu import kernels as cpu_kernels
 from arft.cpu import patch
 from arft.cpu.ops import silu_mul
-from arft.cpu.trainer_pass import TRAINER_PASSES
+from arft.cpu.patch import TRAINER_PASSES
 
 KERNELS = cpu_kernels.load()
 pytestmark = pytest.mark.skipif(KERNELS is None or not KERNELS.train.ops or not KERNELS.small_ops,
