@@ -22,11 +22,11 @@ import pytest
 from arft.config import engine_as, load_job
 from arft.tracing.store import RunStore
 from tests.integration.test_train import tiny, write_job
+from tests.servers import free_port
 from tests.training import LengthGrader
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: `make setup` installs it (arft[ray])")
 RAY = str(Path(sys.executable).parent / "ray")
-PORT = 6391
 
 
 def _ray(*args: str, env: dict[str, str]) -> None:
@@ -46,18 +46,19 @@ def cluster() -> Iterator[str]:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_prestart_worker_first_driver": "0",
            "PYTHONPATH": str(Path(__file__).parents[2])}
     common = ["--num-cpus=2", "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--include-log-monitor=false"]
-    _ray("start", "--head", f"--port={PORT}", "--include-dashboard=false", f"--temp-dir={tmp}", *common, env=env)
+    port = free_port()  # not a fixed one: a cluster left by another run must not answer for this one
+    _ray("start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={tmp}", *common, env=env)
     try:
-        _ray("start", f"--address=127.0.0.1:{PORT}", *common, env=env)
-        yield f"127.0.0.1:{PORT}"
+        _ray("start", f"--address=127.0.0.1:{port}", *common, env=env)
+        yield f"127.0.0.1:{port}"
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        _kill_cluster(tmp)
+        _kill_cluster(tmp, port)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _kill_cluster(tmp: Path) -> None:
+def _kill_cluster(tmp: Path, port: int) -> None:
     """SIGKILL this cluster's processes: those whose command line names its temp dir or its port
     (the GCS, raylets, agents, the client server), and their children (the actors). Not `ray stop`:
     it stops every Ray of the machine, then waits for each of its 3 groups of processes to be reaped
@@ -65,7 +66,7 @@ def _kill_cluster(tmp: Path) -> None:
     import psutil
 
     ours = [p for p in psutil.process_iter(["cmdline"])
-            if any(str(tmp) in arg or f":{PORT}" in arg for arg in p.info["cmdline"] or [])]
+            if any(str(tmp) in arg or f":{port}" in arg for arg in p.info["cmdline"] or [])]
     for proc in list(ours):
         with contextlib.suppress(psutil.Error):
             ours += proc.children(recursive=True)

@@ -53,7 +53,8 @@ def lora_policy(tiny_model: Any) -> Any:
 @pytest.mark.parametrize("kind", ["model", "lora"])
 def test_install_then_uninstall_leaves_transformers_as_it_was(tiny_model: Any, kind: str) -> None:
     policy = tiny_model if kind == "model" else lora_policy(tiny_model)
-    gc.collect()  # policies other tests dropped no longer hold the rotation
+    gc.collect()  # policies other tests dropped no longer hold the rotation,
+    patch.uninstall(policy)  # and an uninstall with no policy left puts it back (whichever tests ran before)
     before = state(policy)
     patch.install(policy, train=False)
     got = patch.install(policy, train=True)

@@ -198,3 +198,18 @@ async def test_run_many_in_lockstep_replays_bit_for_bit_whatever_the_tools_laten
     assert all(r.tool_calls for r in runs[0])  # every rollout waited on its tool at least once
     assert [r.token_ids for r in runs[0]] == [r.token_ids for r in runs[1]]
     assert [r.logprobs for r in runs[0]] == [r.logprobs for r in runs[1]]
+
+
+async def test_the_runner_refuses_lockstep_for_an_agent_program(tmp_path: Path, tokenizer: Any) -> None:
+    """An agent program sends its own requests, which rounds cannot hold: a clear error, before any rollout."""
+    from arft.config import JobError
+    from arft.engines.scripted import ScriptedEngine
+    from arft.rollout.runner import RolloutRunner
+    from arft.tools.registry import Toolbox
+    from tests.unit.rollout.test_runner import RecordingGrader, job, tasks
+
+    runner = RolloutRunner.from_job(job(tmp_path, schedule="lockstep"), ScriptedEngine(tokenizer, lambda ids: "hi"),
+                                    Toolbox(), RecordingGrader())
+    runner.driver = object()  # type: ignore[assignment]
+    with pytest.raises(JobError, match="schedule: continuous"):
+        await runner.run_many(tasks(1), 1)
