@@ -89,6 +89,8 @@ class Lockstep:
             self._admitted[index].set()
 
     async def generate(self, index: int, call: GenerateCall) -> Generation:
+        """Rollout ``index``'s ``call``, sent to the engine with the next round (its seat engine's
+        ``generate``)."""
         seat = self._seated[index]
         answer: asyncio.Future[asyncio.Future[Generation]] = asyncio.get_running_loop().create_future()
         seat.call, seat.answer = call, answer
