@@ -169,9 +169,12 @@ def same_adapter(a: Path, b: Path) -> bool:
     """Whether two runs' latest checkpoints hold the same trainable weights, bit for bit."""
     from safetensors.torch import load_file as load_tensors
 
+    from arft.tracing.run_dir import RunDir
+
     def latest(run: Path) -> dict[str, Any]:
-        name = (run / "checkpoints" / "latest").read_text().strip()
-        return load_tensors(str(run / "checkpoints" / name / "trainable.safetensors"))
+        checkpoint = RunDir.of(run).latest_checkpoint()
+        assert checkpoint is not None, f"{run} has no checkpoint"
+        return load_tensors(str(checkpoint / "trainable.safetensors"))
 
     x, y = latest(a), latest(b)
     return x.keys() == y.keys() and all(x[k].equal(y[k]) for k in x)

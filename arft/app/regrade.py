@@ -20,7 +20,7 @@ from typing import Any
 from arft.errors import ArftError
 from arft.graders.base import close_grader
 from arft.graders.registry import build_grader, grade_rollout
-from arft.records import Rollout, Score
+from arft.records import Rollout
 from arft.together import together
 from arft.tracing.run_dir import RunDir
 
@@ -69,11 +69,10 @@ class Regrade:
                            "new_failed": t.new_failed} for t in self.tasks]}
 
 
-def _reward(rollout: Rollout, score: Score | None) -> float | None:
-    """The reward a grade gave, or None when there is none to compare (failed)."""
-    if rollout.status == "infra_failed" or score is None or score.error is not None:
-        return None
-    return score.score
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the rewards that exist (failed ones are left out, never read as 0)."""
+    present = [v for v in values if v is not None]
+    return fmean(present) if present else None
 
 
 def chosen_runs(run_dir: RunDir, run_id: str | None) -> list[str]:
@@ -107,13 +106,14 @@ async def regrade(run_dir: RunDir | Path, grader_spec: dict[str, object], base_d
         if r.status == "infra_failed":  # never graded: there is nothing the grader could read
             return None
         async with gate:
-            return _reward(r, await grade_rollout(grader, r))
+            score = await grade_rollout(grader, r)
+        return r.model_copy(update={"score": score}).reward  # the same rule as the stored grade's
 
     try:
         news = await together(*(new_reward(r) for r in rollouts))
     finally:
         await close_grader(grader)
-    return _compare(run_ids, [(r, _reward(r, r.score), new) for r, new in zip(rollouts, news)])
+    return _compare(run_ids, [(r, r.reward, new) for r, new in zip(rollouts, news)])
 
 
 def _compare(run_ids: list[str], pairs: Sequence[tuple[Rollout, float | None, float | None]]) -> Regrade:
@@ -121,14 +121,10 @@ def _compare(run_ids: list[str], pairs: Sequence[tuple[Rollout, float | None, fl
     for rollout, old, new in pairs:
         by_task[rollout.task_id].append((old, new))
     tasks = [_task(task_id, rows) for task_id, rows in by_task.items()]
-    olds = [old for _, old, _ in pairs if old is not None]
-    news = [new for _, _, new in pairs if new is not None]
-    return Regrade(run_ids, tasks, fmean(olds) if olds else None, fmean(news) if news else None,
-                   len(pairs), len(pairs) - len(olds), len(pairs) - len(news))
+    olds, news = [old for _, old, _ in pairs], [new for _, _, new in pairs]
+    return Regrade(run_ids, tasks, _mean(olds), _mean(news), len(pairs), olds.count(None), news.count(None))
 
 
 def _task(task_id: str, rows: list[tuple[float | None, float | None]]) -> TaskRegrade:
-    olds = [o for o, _ in rows if o is not None]
-    news = [n for _, n in rows if n is not None]
-    return TaskRegrade(task_id, len(rows), fmean(olds) if olds else None, fmean(news) if news else None,
-                       len(rows) - len(olds), len(rows) - len(news))
+    olds, news = [o for o, _ in rows], [n for _, n in rows]
+    return TaskRegrade(task_id, len(rows), _mean(olds), _mean(news), olds.count(None), news.count(None))
