@@ -59,7 +59,8 @@ ALL_OPS = KERNEL_OPS | {LORA}
 _ROTARY_REPLACED: dict[str, Callable[..., Any]] = {}
 """Each modelling module's own ``apply_rotary_pos_emb``, while the fused rotation replaces it."""
 _ROTARY_POLICIES: "weakref.WeakSet[Any]" = weakref.WeakSet()
-"""The policies the fused rotation is installed on (a policy dropped without ``uninstall`` leaves)."""
+"""The policies the fused rotation is installed on (a policy dropped without ``uninstall`` leaves, and
+the last one to leave puts transformers' own rotation back: ``_restore_if_unheld``)."""
 _IN_ROTARY_LAYER = ThreadFlag()
 """On, for its thread, during the forward of an attention layer the rotation was installed on."""
 _ATTENTION_BEFORE: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
@@ -168,12 +169,21 @@ def _set_rotary(policy: Any, on: bool) -> None:
     """The fused rotation in ``policy``'s attention layers (``on``) or out of them; the
     process-wide replacement put in with the first policy and back with the last."""
     if on and _replace_rotary():
-        _ROTARY_POLICIES.add(policy)
+        if policy not in _ROTARY_POLICIES:
+            _ROTARY_POLICIES.add(policy)
+            weakref.finalize(policy, _restore_if_unheld).atexit = False
         _set_forwards(policy, _attention_layer, _rotary_layer_forward, True)
         return
     _ROTARY_POLICIES.discard(policy)
     _set_forwards(policy, _attention_layer, _rotary_layer_forward, False)
     if not _ROTARY_POLICIES:
+        _restore_rotary()
+
+
+def _restore_if_unheld() -> None:
+    """A policy holding the rotation was collected (``uninstall``ed or not): once no live policy
+    holds it, transformers' own rotation goes back. Iterating the set yields live policies only."""
+    if not any(True for _ in _ROTARY_POLICIES):
         _restore_rotary()
 
 

@@ -53,8 +53,7 @@ def lora_policy(tiny_model: Any) -> Any:
 @pytest.mark.parametrize("kind", ["model", "lora"])
 def test_install_then_uninstall_leaves_transformers_as_it_was(tiny_model: Any, kind: str) -> None:
     policy = tiny_model if kind == "model" else lora_policy(tiny_model)
-    gc.collect()  # policies other tests dropped no longer hold the rotation,
-    patch.uninstall(policy)  # and an uninstall with no policy left puts it back (whichever tests ran before)
+    gc.collect()  # policies other tests dropped no longer hold the rotation (the last one put it back)
     before = state(policy)
     patch.install(policy, train=False)
     got = patch.install(policy, train=True)
@@ -82,6 +81,20 @@ def test_the_rotation_goes_with_the_last_policy_holding_it(tiny_model: Any) -> N
     assert modeling_llama.apply_rotary_pos_emb is fused and patch.installed(tiny_model).rotary == 0
     patch.uninstall(other)
     assert modeling_llama.apply_rotary_pos_emb is own  # (still fused where a live policy held it before)
+
+
+@kernels_run
+def test_a_policy_dropped_without_uninstall_gives_the_rotation_back(tiny_model: Any) -> None:
+    from transformers.models.llama import modeling_llama
+
+    gc.collect()
+    own = modeling_llama.apply_rotary_pos_emb
+    dropped = copy.deepcopy(tiny_model)
+    assert patch.install(dropped, train=True, ops={"rotary"}).rotary == 2
+    assert modeling_llama.apply_rotary_pos_emb is not own
+    del dropped
+    gc.collect()
+    assert modeling_llama.apply_rotary_pos_emb is own  # the last holder went: transformers' own is back
 
 
 def test_the_engines_attention_goes_back_to_sdpa(tiny_model: Any) -> None:
