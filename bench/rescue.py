@@ -41,10 +41,15 @@ SLOW = True  # up to five training runs of an example
 QUICK = ["calculator", "--steps", "1", "--tasks", "2", "--arms", "rl,both"]
 
 HINTS = {
-    "finance_lookup": 'To answer, call cat with {"path": "reports/{{ item.report }}"} and read the '
-                      "{{ item.kind }} figure.",
-    "code_qa": 'Call read with {"path": "services/{{ item.service }}/config.py"} and find the '
-               "{{ item.kind }} value.",
+    # The expected call, as the row knows it (the search that shows the figure's line), not the
+    # answer: told the answer, the 135M model mostly writes it without looking (a success that
+    # teaches guessing once the hint is gone); told the call, it succeeds in 22 of 64 samples.
+    "finance_lookup": 'Call search with {"query": "{{ item.company }} {{ item.year }} {{ item.kind }}"}, then '
+                      "reply with the figure it shows.",
+    # The same kind of hint: the search an expert makes (10 of 64 samples succeed with it, 8 of 16
+    # tasks at least once; reading the service's config.py instead: 4 of 64).
+    "code_qa": 'Call search with {"query": "{{ item.service }} {{ item.kind }}"}, then answer with the exact '
+               "values it shows.",
     "calculator": 'Call calculator with {"expression": "{{ item.expression }}"}, then state the result.',
 }
 
@@ -58,12 +63,13 @@ def job_of(env: str, arm: str, args: argparse.Namespace) -> Any:
     training: dict[str, Any] = {}
     if args.steps:
         training["max_steps"] = args.steps
+    hint, samples = args.hint or HINTS[env], args.samples
     if arm in ("tis", "none"):
-        training["rescue"] = RescueSpec(hint=HINTS[env], correction=arm)  # type: ignore[arg-type]
+        training["rescue"] = RescueSpec(hint=hint, correction=arm, samples=samples)  # type: ignore[arg-type]
     elif arm == "explore":
-        training["rescue"] = RescueSpec(explore_temperature=args.explore_temperature)
+        training["rescue"] = RescueSpec(explore_temperature=args.explore_temperature, samples=samples)
     elif arm == "both":
-        training["rescue"] = RescueSpec(hint=HINTS[env], explore_temperature=args.explore_temperature)
+        training["rescue"] = RescueSpec(hint=hint, explore_temperature=args.explore_temperature, samples=samples)
     elif arm != "rl":
         raise SystemExit(f"unknown arm {arm!r}: use rl, tis, none, explore or both")
     if args.tasks:
@@ -138,12 +144,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--steps", type=int, help="override training.max_steps")
     p.add_argument("--tasks", type=int, help="evaluate on the first N validation tasks only")
     p.add_argument("--arms", default="rl,tis,none,explore,both")
+    p.add_argument("--hint", help="the hint template (default: the example's entry in HINTS)")
+    p.add_argument("--samples", type=int, help="rollouts sampled again per stuck group (default: the group size)")
     p.add_argument("--explore-temperature", type=float, default=1.5,
                    help="the exploration rung's sampling temperature (arms explore and both)")
     args = p.parse_args(argv)
     out = OUT / f"rescue_{args.env}"
     env_dir = ROOT / "examples" / args.env
-    res: dict[str, Any] = {"env": args.env, "hint": HINTS[args.env], "arms": {},
+    res: dict[str, Any] = {"env": args.env, "hint": args.hint or HINTS[args.env], "arms": {},
                            "command": "python -m bench run rescue " + " ".join(sys.argv[1:] if argv is None else argv)}
     with EXAMPLES.services(env_dir):
         for name in args.arms.split(","):

@@ -5,11 +5,13 @@ group has no advantage, and GRPO drops it. Real rows usually carry what a teache
 reference answer, the expected call). For such a group the task is sampled again with that
 knowledge appended to its last user message (``RescueSpec.hint``, a template over the row;
 ``Task.hint``), and graded as usual: the rollout's messages, which the grader reads, never hold the
-hint. They are stored under ``RESCUE_RUN_ID``. Hinted rollouts that did better than
-the group replace some of its rollouts (``keep_unhinted`` of its own stay, for the contrast), each
+hint. They are stored under ``RESCUE_RUN_ID``. Hinted rollouts that succeeded (reached
+``RescueSpec.mark``) replace some of its rollouts (``keep_unhinted`` of its own stay, for the contrast), each
 **re-based on the prompt without the hint**: the ids of the un-hinted prompt, then exactly the ids
 the hinted policy sampled and the tool results it got (token in, token out). So the update
-teaches the policy to act, without the hint, as it acted with it.
+teaches the policy to act, without the hint, as it acted with it. Only successes are imitated:
+a hinted rollout that did merely better (partial credit for pasting the tool's output, say)
+would teach, without the hint, what the hint did not mean.
 
 The sampler of those tokens was the hinted policy, not the one being trained. How the loss
 weights them (``RescueSpec.correction``): ``tis`` keeps the hinted policy's recorded logprobs, so
@@ -178,7 +180,7 @@ async def rescue(runner: RolloutRunner, spec: RescueSpec, rollouts: list[Rollout
         hot = replace(runner, params=runner.params.model_copy(update={"temperature": spec.explore_temperature}))
         tried.update(same)
         for i in await redo.run(hot, [(i, tasks[i]) for i in same], base_seed + EXPLORE_SEED_OFFSET,
-                                lambda r, i: r.model_copy(update={"rescued": "explore"})):
+                                lambda r, i: r.model_copy(update={"rescued": "explore"}), need=None):
             by_rung[i] = "explore"
     if spec.hint is not None:
         hint = spec.hint
@@ -186,7 +188,8 @@ async def rescue(runner: RolloutRunner, spec: RescueSpec, rollouts: list[Rollout
                 for t in hinted_tasks([tasks[i]], hint) if t.hint is not None]
         tried.update(i for i, _ in todo)
         for i in await redo.run(runner, todo, base_seed + HINT_SEED_OFFSET,
-                                lambda r, i: rebased(r, prompt_ids(runner, tasks[i]), spec.correction)):
+                                lambda r, i: rebased(r, prompt_ids(runner, tasks[i]), spec.correction),
+                                need=spec.mark):
             by_rung[i] = "hint"
     return Rescued([r for g in groups for r in g], len(tried), len(by_rung), by_rung)
 
@@ -202,10 +205,11 @@ class _Redo:
     samples: int
 
     async def run(self, runner: RolloutRunner, todo: list[tuple[int, Task]], seed: int,
-                  as_trained: Callable[[Rollout, int], Rollout]) -> list[int]:
+                  as_trained: Callable[[Rollout, int], Rollout], *, need: float | None) -> list[int]:
         """Sample each ``(group index, task)`` again; the rollouts that did better than the group
-        (best first, ``keep_unhinted`` of its own kept) replace its last ones, made into what is
-        trained by ``as_trained``. Returns the indices of the groups that got one."""
+        and reached ``need`` (None: any better one will do) replace its last ones, best first,
+        ``keep_unhinted`` of its own kept, made into what is trained by ``as_trained``. Returns
+        the indices of the groups that got one."""
         if not todo:
             return []
         n = self.samples
@@ -215,7 +219,8 @@ class _Redo:
         for k, (i, _) in enumerate(todo):
             floor = self.groups[i][0].reward
             better = sorted((r for r in more[k * n:(k + 1) * n]
-                             if r.reward is not None and floor is not None and r.reward > floor and r.token_ids),
+                             if r.reward is not None and floor is not None and r.reward > floor and r.token_ids
+                             and (need is None or r.reward >= need)),
                             key=lambda r: -(r.reward or 0.0))[:self.group_size - self.spec.keep_unhinted]
             if better:
                 kept = self.groups[i][:self.group_size - len(better)]

@@ -118,9 +118,9 @@ class RescueSpec(Spec):
     """``training.rescue``: groups that teach nothing, sampled again (docs/training.md, "Rescue").
     A group whose rewards are all equal and below ``mark`` goes through two rungs, each optional:
     if its samples are near-identical, it is sampled again at ``explore_temperature``; if still
-    stuck, with the privileged ``hint`` in its prompt (the grader never sees the hint). The new
-    rollouts that did better replace some of the group's own, a hinted one trained as if sampled
-    from the prompt without the hint. Evaluations never see either."""
+    stuck, with the privileged ``hint`` in its prompt (the grader never sees the hint). Explored
+    rollouts that did better, and hinted ones that succeeded (reached ``mark``), replace some of
+    the group's own, a hinted one trained as if sampled from the prompt without the hint. Evaluations never see either."""
 
     hint: str | None = None
     """A template over the row (``"The expected call is {{ item.expected_call }}"``), appended to
@@ -134,7 +134,8 @@ class RescueSpec(Spec):
     """Near-identical: the mean pairwise similarity of the group's sampled tokens (normalised
     Indel, 1 = the same ids) at or above this."""
     mark: float = 1.0
-    """The success mark: only groups whose equal rewards are below it are rescued."""
+    """The success mark: only groups whose equal rewards are below it are rescued, and only hinted
+    rollouts graded at or above it are imitated (an explored one need only do better than its group)."""
     samples: int | None = Field(default=None, ge=1)
     """Rollouts sampled again per stuck group, on each rung (default: the group size)."""
     keep_unhinted: int = Field(default=1, ge=1)

@@ -101,6 +101,32 @@ async def test_hinted_rollouts_are_stored_apart_and_solved_groups_are_left_alone
     assert missing.tried == 0  # a row without the hint's fields cannot be helped
 
 
+class PartialGrader:
+    """1 for the answer, 0.5 for "It is" with the wrong digits: partial credit short of the mark."""
+    name = "partial"
+
+    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+        text = sample["output_text"]
+        return Score(score=1.0 if item["answer"] in text else 0.5 if "It is" in text else 0.0)
+
+
+async def test_only_hinted_successes_are_imitated_not_partial_credit(tmp_path: Path, tokenizer: Any) -> None:
+    r = runner(tmp_path, tokenizer)
+    r.grader = PartialGrader()
+    plain = await r.run_many(TASKS, G, seed=1)
+    assert [x.reward for x in plain] == [0.0] * 2 * G
+    # The hint for box 0 gives the right answer; for box 1 a wrong one, which the grader pays 0.5:
+    # better than the group, but not a success, so box 1's group stays as it was (and is dropped).
+    tasks = [TASKS[0], TASKS[1].model_copy(update={"item": {"answer": "41", "shown": "99"}})]
+    tasks[0] = tasks[0].model_copy(update={"item": {"answer": "40", "shown": "40"}})
+    out = await rescue(r, RescueSpec(hint="The answer is {{ item.shown }}."), plain, G, tasks, base_seed=1, step=1)
+    assert (out.tried, out.rescued, out.by_rung) == (2, 1, {0: "hint"})
+    assert [x.reward for x in out.rollouts[G:]] == [0.0] * G and not any(x.rescued for x in out.rollouts[G:])
+    worse = await rescue(r, RescueSpec(hint="The answer is {{ item.shown }}.", mark=0.5), plain, G, tasks,
+                         base_seed=1, step=1)
+    assert worse.rescued == 2  # with the mark at 0.5, the partial answer is the success asked for
+
+
 GRADER_PY = '''
 def check(row, text):
     return row["expected"] in text
