@@ -63,13 +63,13 @@ def job_of(env: str, arm: str, args: argparse.Namespace) -> Any:
     training: dict[str, Any] = {}
     if args.steps:
         training["max_steps"] = args.steps
-    hint, samples = args.hint or HINTS[env], args.samples
+    hint, common = args.hint or HINTS[env], {"samples": args.samples, "groups": args.groups}
     if arm in ("tis", "none"):
-        training["rescue"] = RescueSpec(hint=hint, correction=arm, samples=samples)  # type: ignore[arg-type]
+        training["rescue"] = RescueSpec(hint=hint, correction=arm, **common)  # type: ignore[arg-type]
     elif arm == "explore":
-        training["rescue"] = RescueSpec(explore_temperature=args.explore_temperature, samples=samples)
+        training["rescue"] = RescueSpec(explore_temperature=args.explore_temperature, **common)
     elif arm == "both":
-        training["rescue"] = RescueSpec(hint=hint, explore_temperature=args.explore_temperature, samples=samples)
+        training["rescue"] = RescueSpec(hint=hint, explore_temperature=args.explore_temperature, **common)
     elif arm != "rl":
         raise SystemExit(f"unknown arm {arm!r}: use rl, tis, none, explore or both")
     if args.tasks:
@@ -145,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--tasks", type=int, help="evaluate on the first N validation tasks only")
     p.add_argument("--arms", default="rl,tis,none,explore,both")
     p.add_argument("--hint", help="the hint template (default: the example's entry in HINTS)")
+    p.add_argument("--groups", default="equal", choices=["equal", "unsolved"],
+                   help="which groups are stuck (training.rescue.groups)")
     p.add_argument("--samples", type=int, help="rollouts sampled again per stuck group (default: the group size)")
     p.add_argument("--explore-temperature", type=float, default=1.5,
                    help="the exploration rung's sampling temperature (arms explore and both)")

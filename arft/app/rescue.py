@@ -20,6 +20,11 @@ is honest, and small exactly where the hint mattered most. ``none`` counts them 
 policy itself (weight 1): a biased, imitation-like push. ``python -m bench run rescue`` measures
 both against RL alone. Evaluations never see a hint.
 
+Which groups are stuck (``RescueSpec.groups``): ``equal``, the zero-signal ones above; or
+``unsolved``, every group none of whose rollouts reached ``mark``. Under partial credit a group of
+0, 0.25, 0, 0 has a signal, but only towards the partial behaviour (pasting the tool's output),
+never towards the success the hint shows.
+
 A cheaper rung comes first (``explore_temperature``): a stuck group whose samples are
 near-identical (``near_identical``: the grammar and a peaked policy often sample the same call
 every time) is sampled again, without a hint, at a higher temperature. Those rollouts are on the
@@ -56,6 +61,15 @@ if TYPE_CHECKING:
 
 RESCUE_RUN_ID = "train:rescue"
 """The run id the hinted rollouts are stored under (they are graded, never trained as stored)."""
+
+
+def stuck(group: Sequence[Rollout], spec: RescueSpec, budget: BudgetSpec | None = None) -> bool:
+    """The group is one rescue samples again (``RescueSpec.groups``): a zero-signal group, or under
+    ``unsolved`` any fully graded group none of whose rollouts reached the mark."""
+    if spec.groups == "unsolved":
+        graded = [r.reward for r in group if r.reward is not None]
+        return len(graded) == len(group) and max(graded, default=spec.mark) < spec.mark
+    return zero_signal(group, spec.mark, budget)
 
 
 def zero_signal(group: Sequence[Rollout], mark: float, budget: BudgetSpec | None = None) -> bool:
@@ -168,15 +182,15 @@ class Rescued:
 
 async def rescue(runner: RolloutRunner, spec: RescueSpec, rollouts: list[Rollout], group_size: int,
                  tasks: Sequence[Task], *, base_seed: int, step: int, budget: BudgetSpec | None = None) -> Rescued:
-    """Rescue the zero-signal groups of one step (``rollouts``: ``group_size`` per task of
-    ``tasks``, in order): the exploration rung, then the hint rung; see the module docstring."""
+    """Rescue the stuck groups of one step (``rollouts``: ``group_size`` per task of ``tasks``, in
+    order; ``stuck``): the exploration rung, then the hint rung; see the module docstring."""
     groups = [rollouts[i:i + group_size] for i in range(0, len(rollouts), group_size)]
-    stuck = [i for i, group in enumerate(groups) if zero_signal(group, spec.mark, budget)]
+    todo = [i for i, group in enumerate(groups) if stuck(group, spec, budget)]
     tried: set[int] = set()
     by_rung: dict[int, Rung] = {}
     redo = _Redo(spec, groups, group_size, step, spec.samples or group_size)
     if spec.explore_temperature is not None:
-        same = [i for i in stuck if near_identical(groups[i], spec.similarity)]
+        same = [i for i in todo if near_identical(groups[i], spec.similarity)]
         hot = replace(runner, params=runner.params.model_copy(update={"temperature": spec.explore_temperature}))
         tried.update(same)
         for i in await redo.run(hot, [(i, tasks[i]) for i in same], base_seed + EXPLORE_SEED_OFFSET,
@@ -184,10 +198,10 @@ async def rescue(runner: RolloutRunner, spec: RescueSpec, rollouts: list[Rollout
             by_rung[i] = "explore"
     if spec.hint is not None:
         hint = spec.hint
-        todo = [(i, t) for i in stuck if i not in by_rung
-                for t in hinted_tasks([tasks[i]], hint) if t.hint is not None]
-        tried.update(i for i, _ in todo)
-        for i in await redo.run(runner, todo, base_seed + HINT_SEED_OFFSET,
+        hints = [(i, t) for i in todo if i not in by_rung
+                 for t in hinted_tasks([tasks[i]], hint) if t.hint is not None]
+        tried.update(i for i, _ in hints)
+        for i in await redo.run(runner, hints, base_seed + HINT_SEED_OFFSET,
                                 lambda r, i: rebased(r, prompt_ids(runner, tasks[i]), spec.correction),
                                 need=spec.mark):
             by_rung[i] = "hint"
@@ -217,7 +231,7 @@ class _Redo:
                                      seed=step_seed(seed, self.step, n))
         won = []
         for k, (i, _) in enumerate(todo):
-            floor = self.groups[i][0].reward
+            floor = max((r.reward for r in self.groups[i] if r.reward is not None), default=None)
             better = sorted((r for r in more[k * n:(k + 1) * n]
                              if r.reward is not None and floor is not None and r.reward > floor and r.token_ids
                              and (need is None or r.reward >= need)),

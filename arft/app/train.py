@@ -131,7 +131,7 @@ async def _generate(t: Session, plan: _Plan, cursor: Cursor, version: int) -> Ge
     t.hooks.point("step", after.step)
     rollouts = await _run_tasks(t, plan, tasks, after.step, done=0)
     if job.training.rescue is not None:  # before dynamic sampling: a rescued group teaches
-        t.hooks.phase(f"step {after.step}/{plan.total_steps}: hints for groups of equal rewards", 0)
+        t.hooks.phase(f"step {after.step}/{plan.total_steps}: rescue of stuck groups", 0)
         runner = t.run.runner
         assert isinstance(runner, RolloutRunner), "the job refuses training.rescue with cluster.ray"
         rollouts = (await rescue(runner, job.training.rescue, rollouts, plan.group_size, tasks,

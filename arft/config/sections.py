@@ -133,6 +133,10 @@ class RescueSpec(Spec):
     similarity: float = Field(default=0.9, ge=0.0, le=1.0)
     """Near-identical: the mean pairwise similarity of the group's sampled tokens (normalised
     Indel, 1 = the same ids) at or above this."""
+    groups: Literal["equal", "unsolved"] = "equal"
+    """Which groups are stuck: ``equal``, those GRPO drops (every reward the same, all below
+    ``mark``); ``unsolved``, every group none of whose rollouts reached ``mark``, partial credit
+    or not (a group of 0, 0.25, 0, 0 teaches the partial behaviour, never the success)."""
     mark: float = 1.0
     """The success mark: only groups whose equal rewards are below it are rescued, and only hinted
     rollouts graded at or above it are imitated (an explored one need only do better than its group)."""

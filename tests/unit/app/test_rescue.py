@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import pytest
 import torch
 
-from arft.app.rescue import hinted, hinted_tasks, near_identical, prompt_ids, rescue, with_hint, zero_signal
+from arft.app.rescue import hinted, hinted_tasks, near_identical, prompt_ids, rescue, stuck, with_hint, zero_signal
 from arft.config import JobError, JobSpec
 from arft.config.sections import BudgetSpec, RescueSpec
 from arft.engines.scripted import ScriptedEngine
@@ -125,6 +125,31 @@ async def test_only_hinted_successes_are_imitated_not_partial_credit(tmp_path: P
     worse = await rescue(r, RescueSpec(hint="The answer is {{ item.shown }}.", mark=0.5), plain, G, tasks,
                          base_seed=1, step=1)
     assert worse.rescued == 2  # with the mark at 0.5, the partial answer is the success asked for
+
+
+def test_unsolved_groups_count_as_stuck_under_partial_credit() -> None:
+    def group(*rewards: float | None) -> list[Rollout]:
+        return [Rollout(trace_id=f"r{k}", task_id="t", messages=(),
+                        score=None if x is None else Score(score=x)) for k, x in enumerate(rewards)]
+
+    equal, unsolved = RescueSpec(hint="h"), RescueSpec(hint="h", groups="unsolved")
+    assert stuck(group(0, 0, 0, 0), equal) and stuck(group(0, 0, 0, 0), unsolved)
+    assert not stuck(group(0, 0.25, 0, 0), equal)  # a signal, towards the partial behaviour only
+    assert stuck(group(0, 0.25, 0, 0), unsolved)
+    assert not stuck(group(0, 1.0, 0, 0), unsolved)  # someone succeeded: RL has what it needs
+    assert not stuck(group(0, None, 0, 0), unsolved)  # a failed grade is not a zero: not judged
+
+
+async def test_an_unsolved_group_takes_only_successes_better_than_its_best(tmp_path: Path, tokenizer: Any) -> None:
+    r = runner(tmp_path, tokenizer)
+    r.grader = PartialGrader()
+    plain = await r.run_many(TASKS[:1], G, seed=1)
+    partial = [plain[0].model_copy(update={"score": Score(score=0.5)}), *plain[1:]]  # 0.5, 0, 0, 0
+    spec = RescueSpec(hint="The answer is {{ item.answer }}.", groups="unsolved")
+    assert (await rescue(r, RescueSpec(hint=spec.hint), partial, G, TASKS[:1], base_seed=1, step=1)).tried == 0
+    out = await rescue(r, spec, partial, G, TASKS[:1], base_seed=1, step=1)
+    assert (out.tried, out.rescued) == (1, 1)
+    assert [x.reward for x in out.rollouts] == [0.5, 1.0, 1.0, 1.0]  # one of its own stays, the contrast
 
 
 GRADER_PY = '''
