@@ -138,6 +138,33 @@ def table(res: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def step_table(res: dict[str, Any]) -> str:
+    """Per training step and rescue arm: the groups rescued (of the step's groups), the groups
+    still dropped, and the hinted share of the trained sequences."""
+    arms = {n: a for n, a in res["arms"].items() if n != "rl"}
+    steps = sorted({int(s) for a in res["arms"].values() for s in a["steps"]})
+    rows = ["| step | " + " | ".join(f"{n}: rescued / dropped / hinted" for n in arms)
+            + (" | rl: dropped |" if "rl" in res["arms"] else " |"),
+            "|---" * (1 + len(arms) + ("rl" in res["arms"])) + "|"]
+    for step in steps:
+        cells = []
+        for a in arms.values():
+            m = a["steps"].get(str(step), a["steps"].get(step, {}))  # type: ignore[call-overload]
+            cells.append(f"{m.get('train/groups_rescued', 0):.0f} / {m.get('train/groups_dropped', 0):.0f} of "
+                         f"{m.get('train/groups', 0):.0f} / {100 * m.get('train/hinted_share', 0):.0f} %")
+        if "rl" in res["arms"]:
+            m = res["arms"]["rl"]["steps"].get(str(step), res["arms"]["rl"]["steps"].get(step, {}))
+            cells.append(f"{m.get('train/groups_dropped', 0):.0f} of {m.get('train/groups', 0):.0f}")
+        rows.append(f"| {step} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def summary(res: dict[str, Any]) -> str:
+    """The page's text for one run: the verdict, eval reward per arm and step, rescue per step."""
+    return "\n\n".join([f"{verdict(res)}.", f"Hint: `{res['hint']}`.", "Eval reward (no hints) per arm:",
+                         table(res), "Rescue per training step:", step_table(res)])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("env", nargs="?", default="finance_lookup", choices=sorted(HINTS))
@@ -160,11 +187,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             log(f"{args.env}: arm {name}")
             info = asyncio.run(arm(job_of(args.env, name, args), out / name))
             res["arms"][name] = {**info, "evals": evals_of(out / name, extra_metrics(env_dir))}
-    record(f"rescue_{args.env}", {"verdict": verdict(res), **res})
+    record(f"rescue_{args.env}", {"verdict": verdict(res), "summary": summary(res), **res})
     print()
-    print(table(res))
-    print()
-    print(verdict(res))
+    print(summary(res))
 
 
 if __name__ == "__main__":

@@ -49,28 +49,40 @@ def render(results: Path = RESULTS) -> str:
     claims = {b.name: b.claim for b in benchmarks()}
     latest = {p.stem: load(p) for p in sorted(results.glob("*.json"))}
     history = {p.stem: load(p) for p in sorted((results / "history").glob("*.json"))}
-    names = sorted(set(latest) | set(history), key=lambda n: (n != "demo", n not in claims, n))
+    names = sorted(set(latest) | set(history), key=lambda n: (n != "demo", _runs(n, claims) is None, n))
     parts = [HEADER, "## Contents\n", *(f"- [{n}](#{n}): {_claim(n, claims, history)}"
                                         for n in names), ""]
     for name in names:
-        parts.append(_section(name, _claim(name, claims, history), latest.get(name), history.get(name)))
+        parts.append(_section(name, _claim(name, claims, history), latest.get(name), history.get(name),
+                              _runs(name, claims)))
     return "\n".join(parts).rstrip() + "\n"
 
 
+def _runs(name: str, claims: dict[str, str]) -> str | None:
+    """The benchmark whose runs a result named ``name`` records: ``name`` itself, or the one it is
+    a variant of (``rescue_finance_lookup`` from ``rescue``, ``cassette_lockstep`` from
+    ``cassette``); None for transcribed figures only."""
+    if name in claims:
+        return name
+    return max((b for b in claims if name.startswith(b + "_")), key=len, default=None)
+
+
 def _claim(name: str, claims: dict[str, str], history: dict[str, dict[str, Any]]) -> str:
-    return claims.get(name) or history.get(name, {}).get("claim", "")
+    bench = _runs(name, claims)
+    return (claims[bench] if bench else "") or history.get(name, {}).get("claim", "")
 
 
-def _section(name: str, claim: str, latest: dict[str, Any] | None, history: dict[str, Any] | None) -> str:
+def _section(name: str, claim: str, latest: dict[str, Any] | None, history: dict[str, Any] | None,
+             bench: str | None) -> str:
     lines = [f"## {name}", "", claim, ""]
-    if name not in {b.name for b in benchmarks()}:
+    if bench is None:
         lines += ["(Not a runnable benchmark: transcribed figures, each with the command or the place that stated it.)", ""]
     if latest is not None:
         s = latest["stamp"]
         lines += [f"**Latest run** ({s['date'][:10]}, {s['commit']}, {s['cpu']}, flags "
                   f"{' '.join(s['cpu_flags']) or 'none of ' + 'avx2/avx512f/avx512_bf16/amx_tile'}, "
                   f"1-minute load {s.get('load_avg_1min')}; "
-                  f"`{' '.join(['python -m bench run', name, *latest['argv']])}`):", ""]
+                  f"`{' '.join(['python -m bench run', bench or name, *latest['argv']])}`):", ""]
         lines += _result_lines(name, latest["result"]) + [""]
     if history is not None:
         lines += [f"**History**, {history['source']}:", ""]
