@@ -14,11 +14,12 @@ a hinted rollout that did merely better (partial credit for pasting the tool's o
 would teach, without the hint, what the hint did not mean.
 
 The sampler of those tokens was the hinted policy, not the one being trained. How the loss
-weights them (``RescueSpec.correction``): ``tis`` keeps the hinted policy's recorded logprobs, so
-the loss's truncated importance weight ``min(pi(a | x) / mu(a | x, hint), tis_cap)`` applies; it
-is honest, and small exactly where the hint mattered most. ``none`` counts them as sampled by the
-policy itself (weight 1): a biased, imitation-like push. ``python -m bench run rescue`` measures
-both against RL alone. Evaluations never see a hint.
+weights them (``RescueSpec.correction``): ``none`` (the default) counts them as sampled by the
+policy itself (weight 1): a biased, imitation-like push, as a warm start imitates a teacher.
+``tis`` keeps the hinted policy's recorded logprobs, so the loss's truncated importance weight
+``min(pi(a | x) / mu(a | x, hint), tis_cap)`` applies; it is honest, and near 0 exactly where the
+hint mattered most, so it learns little (measured: ``python -m bench run rescue``, docs/training.md).
+Evaluations never see a hint.
 
 Which groups are stuck (``RescueSpec.groups``): ``equal``, the zero-signal ones above; or
 ``unsolved``, every group none of whose rollouts reached ``mark``. Under partial credit a group of

@@ -144,12 +144,13 @@ class RescueSpec(Spec):
     """Rollouts sampled again per stuck group, on each rung (default: the group size)."""
     keep_unhinted: int = Field(default=1, ge=1)
     """Rollouts of the group's own that stay (at least one: the contrast the advantage needs)."""
-    correction: Literal["tis", "none"] = "tis"
-    """How the hinted samples are weighted: ``tis``, by the truncated importance ratio between the
-    policy without the hint and the hinted policy that sampled them (the loss's own ``tis_cap``
-    truncation; honest, and small where the hint mattered most); ``none``, as if the policy without
-    the hint had sampled them (their recorded logprobs are replaced by that policy's, read by the
-    engine): biased towards imitation, and the stronger push."""
+    correction: Literal["tis", "none"] = "none"
+    """How the hinted samples are weighted: ``none``, as if the policy without the hint had sampled
+    them (their recorded logprobs are replaced by that policy's): biased towards imitation of the
+    hinted successes, and the push that measured best (docs/training.md, "Rescue"); ``tis``, by the
+    truncated importance ratio between the policy without the hint and the hinted policy that
+    sampled them (the loss's own ``tis_cap`` truncation): the honest on-policy estimate, near 0
+    on exactly the tokens the hint caused."""
 
     @model_validator(mode="after")
     def _a_rung(self) -> "RescueSpec":

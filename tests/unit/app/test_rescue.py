@@ -224,7 +224,7 @@ async def test_the_exploration_rung_goes_first_and_only_stuck_groups_go_on_to_th
     assert (out.tried, out.rescued, out.by_rung) == (2, 2, {0: "explore", 1: "hint"})
     explored, hinted_group = out.rollouts[:G], out.rollouts[G:]
     assert [x.rescued for x in explored] == [None, "explore", "explore", "explore"]
-    assert [x.rescued for x in hinted_group] == [None, "tis", "tis", "tis"]
+    assert [x.rescued for x in hinted_group] == [None, "none", "none", "none"]  # the default correction
     ids = prompt_ids(r, TASKS[0])
     assert all(x.token_ids[:len(ids)] == tuple(ids) for x in explored)  # the plain prompt: nothing to re-base
     # Both groups were sampled hotter first (both were near-identical); only box 1 went on to the hint.
