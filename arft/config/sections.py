@@ -120,7 +120,8 @@ class RescueSpec(Spec):
     if its samples are near-identical, it is sampled again at ``explore_temperature``; if still
     stuck, with the privileged ``hint`` in its prompt (the grader never sees the hint). Explored
     rollouts that did better, and hinted ones that succeeded (reached ``mark``), replace some of
-    the group's own, a hinted one trained as if sampled from the prompt without the hint. Evaluations never see either."""
+    the group's own, a hinted one trained as if sampled from the prompt without the hint.
+    Evaluations never see either."""
 
     hint: str | None = None
     """A template over the row (``"The expected call is {{ item.expected_call }}"``), appended to

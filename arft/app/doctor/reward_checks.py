@@ -41,7 +41,8 @@ def _variance_advice(constants: set[float], hint: str | None = None) -> str:
     if constants <= {0.0}:
         rescue = ("; or, with no teacher, let arft rescue those groups with privileged hints from "
                   f"the rows' reference fields: `training: {{rescue: {{hint: {json.dumps(hint)}}}}}` "
-                  "(or `hint: auto`; docs/training.md, Rescue)" if hint else "")
+                  "(or `hint: auto`); a hint that names the step an expert takes (the expected call) "
+                  "teaches more than the answer does (docs/training.md, Rescue)" if hint else "")
         return ("the model rarely succeeds: make the task easier, improve the prompt (worked "
                 "examples of the tool calls in the rows), give partial credit, start from a "
                 f"stronger model, or {WARM_START}{rescue}")
