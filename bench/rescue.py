@@ -5,6 +5,7 @@ command, on the same job, seed, training order and held-out tasks, with no teach
 demonstrations.
 
     python -m bench run rescue [ENV] [--steps S] [--arms rl,tis,none,explore,both] [--tasks N]
+        [--samples K] [--groups equal|unsolved] [--hint TEMPLATE] [--set SECTION.FIELD=VALUE]
         [--explore-temperature T]
 
 ENV (default ``finance_lookup``) is a folder under ``examples/`` with a ``job_plain.yaml`` (rows
@@ -59,7 +60,7 @@ def job_of(env: str, arm: str, args: argparse.Namespace) -> Any:
     from arft.config.sections import RescueSpec
 
     env_dir = ROOT / "examples" / env
-    job = load_job(env_dir / ("job_plain.yaml" if (env_dir / "job_plain.yaml").exists() else "job.yaml"))
+    job = load_job(env_dir / ("job_plain.yaml" if (env_dir / "job_plain.yaml").exists() else "job.yaml"), args.set)
     training: dict[str, Any] = {}
     if args.steps:
         training["max_steps"] = args.steps
@@ -172,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--tasks", type=int, help="evaluate on the first N validation tasks only")
     p.add_argument("--arms", default="rl,tis,none,explore,both")
     p.add_argument("--hint", help="the hint template (default: the example's entry in HINTS)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="override a field of the job, for every arm (as arft train --set)")
     p.add_argument("--groups", default="equal", choices=["equal", "unsolved"],
                    help="which groups are stuck (training.rescue.groups)")
     p.add_argument("--samples", type=int, help="rollouts sampled again per stuck group (default: the group size)")
