@@ -46,8 +46,13 @@ if TYPE_CHECKING:
 
 
 _RESTART_WAIT_S = 0.5
-"""The first wait before resending a rollout whose worker is restarting (doubled on each try): a
-loaded machine restarts an actor in seconds, and an immediate resend may find it still down."""
+"""The first wait before resending a rollout whose worker is restarting (doubled on each try, up
+to ``_RESTART_WAIT_MAX_S``): a loaded machine restarts an actor in seconds, and an immediate
+resend may find it still down."""
+_RESTART_WAIT_MAX_S = 8.0
+_RESTART_PATIENCE_S = 120.0
+"""How long a rollout waits, in all, for restarting workers before the run stops: a restart is
+not a death (only deaths count against ``cluster.ray.max_restarts``), but one that never ends is."""
 
 
 class ClusterError(ArftError):
@@ -87,25 +92,34 @@ class ClusterRunner:
         from ray.exceptions import ActorUnavailableError, RayActorError
 
         tries = self.spec.max_restarts + 1
-        for attempt in range(tries):
+        deaths, waits, waited = 0, 0, 0.0
+        while True:
             w = next(self._next) % len(self.workers)
             try:
                 rollout: Rollout = await asyncio.wait_for(
                     self.workers[w].run_one.remote(task, k, run_id, step, seed), self.spec.rollout_timeout_s)
+            except ActorUnavailableError as e:  # restarting, not dead: give it time to come back
+                self.resent += 1
+                if waited >= _RESTART_PATIENCE_S:
+                    raise ClusterError(f"task {task.id}: its rollout's workers stayed unavailable (restarting) "
+                                       f"for {waited:.0f} s ({e}); see `ray status` and the workers' logs, "
+                                       "then resume with --resume") from e
+                pause = min(_RESTART_WAIT_S * 2 ** waits, _RESTART_WAIT_MAX_S)
+                await asyncio.sleep(pause)
+                waits, waited = waits + 1, waited + pause
+                continue
             except RayActorError as e:
                 self.resent += 1
-                if attempt == tries - 1:
+                deaths += 1
+                if deaths == tries:
                     raise ClusterError(f"task {task.id}: its rollout's worker died {tries} times ({e}); "
                                        "see `ray status` and the workers' logs, then resume with --resume") from e
-                if isinstance(e, ActorUnavailableError):  # restarting, not dead: give it time to come back
-                    await asyncio.sleep(_RESTART_WAIT_S * 2 ** attempt)
                 continue
             except TimeoutError:
                 raise ClusterError(f"task {task.id}: a rollout did not return within "
                                    f"cluster.ray.rollout_timeout_s ({self.spec.rollout_timeout_s:.0f} s)") from None
             self.owners[rollout.trace_id] = w
             return rollout
-        raise AssertionError("unreachable")
 
 
 @dataclass
