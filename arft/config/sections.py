@@ -118,10 +118,10 @@ class RescueSpec(Spec):
     """``training.rescue``: groups that teach nothing, sampled again (docs/training.md, "Rescue").
     A stuck group (``groups``: by default one whose rewards are all equal and below ``mark``)
     goes through two rungs, each optional: if its samples are near-identical, it is sampled again
-    at ``explore_temperature``; if still stuck, with the privileged ``hint`` in its prompt (the grader never sees the hint). Explored
-    rollouts that did better, and hinted ones that succeeded (reached ``mark``), replace some of
-    the group's own, a hinted one trained as if sampled from the prompt without the hint.
-    Evaluations never see either."""
+    at ``explore_temperature``; if still stuck, with the privileged ``hint`` in its prompt (the
+    grader never sees the hint). Explored rollouts that did better, and hinted ones that succeeded
+    (reached ``mark``), replace some of the group's own, a hinted one trained as if sampled from
+    the prompt without the hint. Evaluations never see either."""
 
     hint: str | None = None
     """A template over the row (``"The expected call is {{ item.expected_call }}"``), appended to

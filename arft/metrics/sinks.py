@@ -112,18 +112,34 @@ def _finite(values: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
+def _after_existing_files(folder: Path) -> None:
+    """Wait (under a second) until the clock's second is past that of every event file in ``folder``."""
+    seconds = [int(part) for f in folder.glob("events.out.tfevents.*")
+               if (part := f.name.split(".")[3]).isdigit()] if folder.is_dir() else []
+    if seconds and max(seconds) >= int(time.time()):
+        time.sleep(max(seconds) + 1 - time.time())
+
+
 class TensorBoardSink:
     """Event files in ``RUN_DIR/tensorboard``.
 
     Event files are append-only and cannot be truncated: a run resumed from step K opens the
     writer with ``purge_step=K + 1``, which writes a marker that makes TensorBoard hide the
     interrupted process's events of steps after K (they stay in the older file, unplotted).
+
+    TensorBoard reads a folder's event files in the order of their names,
+    ``events.out.tfevents.<second>.<host>.<pid>.<counter>``: a file opened in the same second by
+    the same process can sort first (counter 10 before 9), and then the marker hides nothing. So
+    a resumed writer opens its file in a later second than every file already there.
     """
 
     def __init__(self, run_dir: Path, purge_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(RunDir(run_dir).tensorboard), purge_step=purge_step)
+        folder = RunDir(run_dir).tensorboard
+        if purge_step is not None:
+            _after_existing_files(folder)
+        self._writer = SummaryWriter(log_dir=str(folder), purge_step=purge_step)
 
     def log(self, step: int, values: dict[str, float]) -> None:
         for name, value in _finite(values).items():

@@ -168,9 +168,14 @@ def test_jsonl_discard_after_keeps_earlier_rows_and_drops_a_half_written_line(tm
     assert JsonlSink(tmp_path / "none.jsonl").discard_after(1) == 0
 
 
-def test_tensorboard_hides_the_steps_a_resumed_run_logs_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("counter", ["as_it_is", "rolls_over"])
+def test_tensorboard_hides_the_steps_a_resumed_run_logs_again(tmp_path: Path, counter: str) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import event_file_writer
 
+    if counter == "rolls_over":  # the two files' counters 9 and 10 (or 99, 100): "10" sorts before "9"
+        while len(str(event_file_writer._global_uid._value + 1)) == len(str(event_file_writer._global_uid._value)):
+            event_file_writer._global_uid.get()
     first = open_sinks(job(), tmp_path)
     for step in (1, 2, 3):
         first[0].log(step, {"train/reward_mean": float(step)})
