@@ -142,19 +142,20 @@ def table(res: dict[str, Any]) -> str:
 def step_table(res: dict[str, Any]) -> str:
     """Per training step and rescue arm: the groups rescued (of the step's groups), the groups
     still dropped, and the hinted share of the trained sequences."""
-    arms = {n: a for n, a in res["arms"].items() if n != "rl"}
-    steps = sorted({int(s) for a in res["arms"].values() for s in a["steps"]})
+    per_step = {n: {int(k): m for k, m in a["steps"].items()} for n, a in res["arms"].items()}  # JSON keys are str
+    arms = [n for n in per_step if n != "rl"]
+    steps = sorted({s for m in per_step.values() for s in m})
     rows = ["| step | " + " | ".join(f"{n}: rescued / dropped / hinted" for n in arms)
-            + (" | rl: dropped |" if "rl" in res["arms"] else " |"),
-            "|---" * (1 + len(arms) + ("rl" in res["arms"])) + "|"]
+            + (" | rl: dropped |" if "rl" in per_step else " |"),
+            "|---" * (1 + len(arms) + ("rl" in per_step)) + "|"]
     for step in steps:
         cells = []
-        for a in arms.values():
-            m = a["steps"].get(str(step), a["steps"].get(step, {}))  # type: ignore[call-overload]
+        for n in arms:
+            m = per_step[n].get(step, {})
             cells.append(f"{m.get('train/groups_rescued', 0):.0f} / {m.get('train/groups_dropped', 0):.0f} of "
                          f"{m.get('train/groups', 0):.0f} / {100 * m.get('train/hinted_share', 0):.0f} %")
-        if "rl" in res["arms"]:
-            m = res["arms"]["rl"]["steps"].get(str(step), res["arms"]["rl"]["steps"].get(step, {}))
+        if "rl" in per_step:
+            m = per_step["rl"].get(step, {})
             cells.append(f"{m.get('train/groups_dropped', 0):.0f} of {m.get('train/groups', 0):.0f}")
         rows.append(f"| {step} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

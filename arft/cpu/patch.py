@@ -176,13 +176,12 @@ def _set_rotary(policy: Any, on: bool) -> None:
         return
     _ROTARY_POLICIES.discard(policy)
     _set_forwards(policy, _attention_layer, _rotary_layer_forward, False)
-    if not _ROTARY_POLICIES:
-        _restore_rotary()
+    _restore_if_unheld()
 
 
 def _restore_if_unheld() -> None:
-    """A policy holding the rotation was collected (``uninstall``ed or not): once no live policy
-    holds it, transformers' own rotation goes back. Iterating the set yields live policies only."""
+    """A policy let go of the rotation (``uninstall``, or collected without it): once no live
+    policy holds it, transformers' own rotation goes back. Iterating the set yields live policies only."""
     if not any(True for _ in _ROTARY_POLICIES):
         _restore_rotary()
 
