@@ -55,6 +55,12 @@ _RESTART_PATIENCE_S = 120.0
 not a death (only deaths count against ``cluster.ray.max_restarts``), but one that never ends is."""
 
 
+
+async def _pause(seconds: float) -> None:
+    """The wait before resending to a restarting worker (its own name, so a test can count them)."""
+    await asyncio.sleep(seconds)
+
+
 class ClusterError(ArftError):
     """The cluster could not run the job (no cluster, too few resources, a lost learner)."""
 
@@ -105,7 +111,7 @@ class ClusterRunner:
                                        f"for {waited:.0f} s ({e}); see `ray status` and the workers' logs, "
                                        "then resume with --resume") from e
                 pause = min(_RESTART_WAIT_S * 2 ** waits, _RESTART_WAIT_MAX_S)
-                await asyncio.sleep(pause)
+                await _pause(pause)
                 waits, waited = waits + 1, waited + pause
                 continue
             except RayActorError as e:

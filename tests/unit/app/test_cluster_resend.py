@@ -43,10 +43,10 @@ def restarting() -> ActorUnavailableError:
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     slept: list[float] = []
 
-    async def sleep(s: float) -> None:
+    async def pause(s: float) -> None:
         slept.append(s)
 
-    monkeypatch.setattr(driver.asyncio, "sleep", sleep)
+    monkeypatch.setattr(driver, "_pause", pause)  # the driver's waits only, not asyncio's
     return slept
 
 
