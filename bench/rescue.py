@@ -47,10 +47,12 @@ HINTS = {
     # teaches guessing once the hint is gone); told the call, it succeeds in 22 of 64 samples.
     "finance_lookup": 'Call search with {"query": "{{ item.company }} {{ item.year }} {{ item.kind }}"}, then '
                       "reply with the figure it shows.",
-    # The same kind of hint: the search an expert makes (10 of 64 samples succeed with it, 8 of 16
-    # tasks at least once; reading the service's config.py instead: 4 of 64).
-    "code_qa": 'Call search with {"query": "{{ item.service }} {{ item.kind }}"}, then answer with the exact '
-               "values it shows.",
+    # The same kind of hint: the search an expert makes, which the row carries (``query``, as
+    # make_data.py's worked examples search). Built from the row's service and kind instead, the
+    # query found nothing for a function's question ("function" is a stop word): 14 of 64 samples
+    # succeeded either way, but only the row's query taught searches that work without the hint
+    # (eval 0.17 against 0.56 after 10 steps, docs/training.md).
+    "code_qa": 'Call search with {"query": "{{ item.query }}"}, then answer with the exact values it shows.',
     "calculator": 'Call calculator with {"expression": "{{ item.expression }}"}, then state the result.',
 }
 
@@ -161,10 +163,26 @@ def step_table(res: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def extra_table(res: dict[str, Any]) -> str:
+    """Per arm, the example's own figures (its ``bench_metrics.py``) on the last eval: what the
+    reward alone does not tell, such as answers that paste raw tool output. Empty without them."""
+    last = {n: a["evals"][max(a["evals"], key=int)].get("extra") or {} for n, a in res["arms"].items()}
+    names = list(dict.fromkeys(k for extra in last.values() for k in extra))
+    if not names:
+        return ""
+    rows = ["| arm | " + " | ".join(names) + " |", "|---" * (1 + len(names)) + "|"]
+    rows += [f"| {n} | " + " | ".join(f"{extra[k]:.2f}" if k in extra else "" for k in names) + " |"
+             for n, extra in last.items()]
+    return "\n".join(rows)
+
+
 def summary(res: dict[str, Any]) -> str:
-    """The page's text for one run: the verdict, eval reward per arm and step, rescue per step."""
-    return "\n\n".join([f"{verdict(res)}.", f"Hint: `{res['hint']}`.", "Eval reward (no hints) per arm:",
-                         table(res), "Rescue per training step:", step_table(res)])
+    """The page's text for one run: the verdict, eval reward per arm and step, rescue per step,
+    and the example's own figures on the last eval."""
+    parts = [f"{verdict(res)}.", f"Hint: `{res['hint']}`.", "Eval reward (no hints) per arm:", table(res),
+             "Rescue per training step:", step_table(res)]
+    extra = extra_table(res)
+    return "\n\n".join(parts + (["The example's own figures on the last eval:", extra] if extra else []))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -211,10 +211,14 @@ def check_unique(files: dict[str, str], all_facts: list[str]) -> None:
 
 
 def task_row(split: str, i: int, svc: str, q: Question, examples: list[dict]) -> dict:
-    """One task row: the system prompt, the ``examples`` turns (none for a plain row), the question."""
+    """One task row: the system prompt, the ``examples`` turns (none for a plain row), the question.
+
+    Its item also carries what a teacher would know, as real datasets often do: the search an expert
+    runs (``query``) and the file that holds the facts (``file``). The model never sees them; a
+    rescue hint (``training.rescue.hint``) may."""
     return {"id": f"{split}-{i:03d}",
             "messages": [{"role": "system", "content": SYSTEM}, *examples, {"role": "user", "content": q.text}],
-            "facts": q.facts, "service": svc, "kind": q.kind}
+            "facts": q.facts, "service": svc, "kind": q.kind, "query": q.query, "file": q.path}
 
 
 def build(out: Path, plain: bool = False) -> None:
