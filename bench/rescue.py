@@ -66,7 +66,8 @@ def job_of(env: str, arm: str, args: argparse.Namespace) -> Any:
     training: dict[str, Any] = {}
     if args.steps:
         training["max_steps"] = args.steps
-    hint, common = args.hint or HINTS[env], {"samples": args.samples, "groups": args.groups}
+    hint, common = args.hint or HINTS[env], {"samples": args.samples, "groups": args.groups,
+                                             "unhinted": args.unhinted}
     if arm in ("tis", "none"):
         training["rescue"] = RescueSpec(hint=hint, correction=arm, **common)  # type: ignore[arg-type]
     elif arm == "explore":
@@ -179,7 +180,8 @@ def extra_table(res: dict[str, Any]) -> str:
 def summary(res: dict[str, Any]) -> str:
     """The page's text for one run: the verdict, eval reward per arm and step, rescue per step,
     and the example's own figures on the last eval."""
-    parts = [f"{verdict(res)}.", f"Hint: `{res['hint']}`.", "Eval reward (no hints) per arm:", table(res),
+    parts = [f"{verdict(res)}.", f"Hint: `{res['hint']}`; a rescued group's own rollouts: "
+             f"{res.get('unhinted', 'train')} (`training.rescue.unhinted`).", "Eval reward (no hints) per arm:", table(res),
              "Rescue per training step:", step_table(res)]
     extra = extra_table(res)
     return "\n\n".join(parts + (["The example's own figures on the last eval:", extra] if extra else []))
@@ -197,12 +199,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--groups", default="equal", choices=["equal", "unsolved"],
                    help="which groups are stuck (training.rescue.groups)")
     p.add_argument("--samples", type=int, help="rollouts sampled again per stuck group (default: the group size)")
+    p.add_argument("--unhinted", default="train", choices=["train", "baseline"],
+                   help="whether a rescued group's own rollouts train or only set the baseline "
+                        "(training.rescue.unhinted)")
     p.add_argument("--explore-temperature", type=float, default=1.5,
                    help="the exploration rung's sampling temperature (arms explore and both)")
     args = p.parse_args(argv)
     out = OUT / f"rescue_{args.env}"
     env_dir = ROOT / "examples" / args.env
-    res: dict[str, Any] = {"env": args.env, "hint": args.hint or HINTS[args.env], "arms": {},
+    res: dict[str, Any] = {"env": args.env, "hint": args.hint or HINTS[args.env], "unhinted": args.unhinted,
+                           "arms": {},
                            "command": "python -m bench run rescue " + " ".join(sys.argv[1:] if argv is None else argv)}
     with EXAMPLES.services(env_dir):
         for name in args.arms.split(","):

@@ -9,7 +9,9 @@ hint. They are stored under ``RESCUE_RUN_ID``. Hinted rollouts that succeeded (r
 ``RescueSpec.mark``) replace some of its rollouts (``keep_unhinted`` of its own stay, for the contrast), each
 **re-based on the prompt without the hint**: the ids of the un-hinted prompt, then exactly the ids
 the hinted policy sampled and the tool results it got (token in, token out). So the update
-teaches the policy to act, without the hint, as it acted with it. Only successes are imitated:
+teaches the policy to act, without the hint, as it acted with it (``RescueSpec.unhinted``: the
+group's own rollouts are pushed down against the successes, or only set their baseline and do not
+train, ``trainer.advantages.batch_advantages``). Only successes are imitated:
 a hinted rollout that did merely better (partial credit for pasting the tool's output, say)
 would teach, without the hint, what the hint did not mean.
 

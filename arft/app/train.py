@@ -50,7 +50,7 @@ from arft.together import together
 from arft.tools.cassette import cassette_counts
 from arft.tracing.run_dir import RunDir
 from arft.seeds import step_seed
-from arft.trainer.advantages import batch_advantages, budget_penalty_of, shaped_group_advantages
+from arft.trainer.advantages import HINTED, batch_advantages, budget_penalty_of, shaped_group_advantages
 from arft.trainer.batching import to_train_batch
 from arft.trainer.checkpoints import CheckpointError, save_checkpoint
 from arft.trainer.learner import Learner, base_learning_rate
@@ -110,7 +110,7 @@ def _rescue_metrics(job: JobSpec, plan: _Plan, rollouts: list[Rollout], batch: T
 
     return {"train/groups_rescued": float(sum(any(r.rescued for r in group) for group in groups)),
             "train/groups_explored": float(sum(any(r.rescued == "explore" for r in group) for group in groups)),
-            "train/hinted_share": share(("tis", "none")), "train/explored_share": share(("explore",))}
+            "train/hinted_share": share(HINTED), "train/explored_share": share(("explore",))}
 
 
 def _cassette_metrics(t: Session) -> dict[str, float]:
@@ -182,7 +182,9 @@ async def _learn(t: Session, plan: _Plan, generated: Generated[Cursor], waited_s
     after, bound = generated.cursor, job.training.max_off_policy_steps
     t1 = time.perf_counter()
     rollouts, stale = fresh(generated, bound)
-    advantages, reward_metrics = batch_advantages(rollouts, plan.group_size, job.budget, job.training.normalize_std)
+    rescue = job.training.rescue
+    advantages, reward_metrics = batch_advantages(rollouts, plan.group_size, job.budget, job.training.normalize_std,
+                                                  train_unhinted=rescue is None or rescue.unhinted == "train")
     batch = to_train_batch(rollouts, advantages)
     t.hooks.point("update", after.step)
     with t.telemetry.update(after.step):

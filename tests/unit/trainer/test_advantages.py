@@ -132,3 +132,21 @@ def test_budget_penalty_in_turns_and_latency() -> None:
     # parallel: max(1, 3, 2) = 3 s, 1 s over; sequential: 1 + 3 + 2 = 6 s, 4 s over
     assert m["train/budget_penalty_mean"] == pytest.approx((0.1 + 0.4) / 2)
     assert adv == pytest.approx([0.15, -0.15])  # same task reward: the faster agent wins
+
+
+def test_a_rescued_groups_own_rollouts_only_set_the_baseline_when_asked() -> None:
+    # group 1 was rescued by the hint (its last two are hinted successes); group 2 by exploring;
+    # group 3 is an ordinary group
+    def rescued(r: Rollout, how: str) -> Rollout:
+        return r.model_copy(update={"rescued": how})
+
+    hinted = [scored(0.0), scored(0.0), rescued(scored(1.0), "none"), rescued(scored(1.0), "tis")]
+    explored = [scored(0.0), scored(0.0), scored(0.0), rescued(scored(1.0), "explore")]
+    plain = [scored(0.0), scored(1.0), scored(0.0), scored(1.0)]
+    rollouts = hinted + explored + plain
+    trained = batch_advantages(rollouts, 4, spec().budget).values
+    assert trained[:4] == pytest.approx([-1.0, -1.0, 1.0, 1.0], abs=1e-4)  # the GRPO contrast
+    baseline = batch_advantages(rollouts, 4, spec().budget, train_unhinted=False).values
+    # the hinted successes keep the advantage they have against the group; its own do not train
+    assert baseline[:4] == [None, None, pytest.approx(1.0, abs=1e-4), pytest.approx(1.0, abs=1e-4)]
+    assert baseline[4:] == trained[4:]  # an explored group is on-policy: every rollout trains as before
