@@ -5,8 +5,8 @@ command, on the same job, seed, training order and held-out tasks, with no teach
 demonstrations.
 
     python -m bench run rescue [ENV] [--steps S] [--arms rl,tis,none,explore,both] [--tasks N]
-        [--samples K] [--groups equal|unsolved] [--hint TEMPLATE] [--set SECTION.FIELD=VALUE]
-        [--explore-temperature T]
+        [--samples K] [--groups equal|unsolved] [--unhinted train|baseline] [--hint TEMPLATE]
+        [--set SECTION.FIELD=VALUE] [--repeats R] [--explore-temperature T]
 
 ENV (default ``finance_lookup``) is a folder under ``examples/`` with a ``job_plain.yaml`` (rows
 as real traffic has them) and a hint in ``HINTS`` (a template over the row: the expected call).
@@ -21,8 +21,10 @@ Arms, one after the other:
 
 Printed: eval reward at the untrained baseline and after each arm, per step; rescued groups (and
 which rung rescued them) and the hinted share of the trained sequences per step; each arm's wall
-time. Results:
-``bench/results/rescue_<ENV>.json``.
+time. With ``--repeats R``, every arm runs on R seeds (the job's, then the next ones; both arms
+on one seed before the next seed) and the verdict is the mean gain over RL alone, each seed's
+listed: one run is noisy (finance_lookup's gain was +31 on one run and +5 on the next, same
+seed). Results: ``bench/results/rescue_<ENV>.json``.
 """
 
 from __future__ import annotations
@@ -109,25 +111,52 @@ async def arm(job: Any, run_dir: Path) -> dict[str, Any]:
     return {"wall_s": time.perf_counter() - t0, "steps": steps}
 
 
+def final(a: dict[str, Any]) -> float:
+    """An arm's eval reward after its last step."""
+    return float(a["evals"][max(a["evals"], key=int)]["reward"])
+
+
 def verdict(res: dict[str, Any]) -> str:
+    """The first seed's figures per arm, then the best rescue arm's gain over RL alone: averaged
+    over the seeds when the run repeated both arms (``--repeats``), each seed's gain listed."""
     arms = res["arms"]
     rl = arms.get("rl")
     if rl is None:
         return "no RL-alone arm: no comparison"
+    repeats = res.get("repeats") or [{"seed": None, "arms": arms}]
     base = rl["evals"][min(rl["evals"], key=int)]["reward"]
-    parts = [f"{res['env']}: eval reward {base:.2f} untrained"]
+    seed = f" (seed {repeats[0]['seed']})" if len(repeats) > 1 else ""
+    parts = [f"{res['env']}{seed}: eval reward {base:.2f} untrained"]
     for name, a in arms.items():
-        last = a["evals"][max(a["evals"], key=int)]["reward"]
+        last = final(a)
         rescued = sum(s.get("train/groups_rescued", 0) for s in a["steps"].values())
         explored = sum(s.get("train/groups_explored", 0) for s in a["steps"].values())
         parts.append(f"{name} {last:.2f} ({100 * (last - base):+.0f} pts"
                      + (f", {rescued:.0f} groups rescued, {explored:.0f} of them by exploring"
                         if name != "rl" else "") + ")")
-    gains = {n: a["evals"][max(a["evals"], key=int)]["reward"] for n, a in arms.items()}
-    best = max((n for n in gains if n != "rl"), key=lambda n: gains[n], default=None)
+    gains = {n: [final(r["arms"][n]) - final(r["arms"]["rl"]) for r in repeats] for n in arms if n != "rl"}
+    best = max(gains, key=lambda n: sum(gains[n]), default=None)
     if best is not None:
-        parts.append(f"rescue - RL alone: {100 * (gains[best] - gains['rl']):+.0f} pts ({best}; goal +30)")
+        mean = 100 * sum(gains[best]) / len(gains[best])
+        if len(repeats) > 1:
+            each = ", ".join(f"{100 * g:+.0f} (seed {r['seed']})" for g, r in zip(gains[best], repeats))
+            parts.append(f"rescue - RL alone: {mean:+.0f} pts on average over {len(repeats)} seeds "
+                         f"({best}; {each}; goal +30)")
+        else:
+            parts.append(f"rescue - RL alone: {mean:+.0f} pts ({best}; goal +30)")
     return "; ".join(parts)
+
+
+def repeat_table(res: dict[str, Any]) -> str:
+    """Per seed (``--repeats``), each arm's eval reward after its last step; empty for one seed."""
+    repeats = res.get("repeats") or []
+    if len(repeats) < 2:
+        return ""
+    names = list(res["arms"])
+    rows = ["| seed | " + " | ".join(names) + " |", "|---" * (1 + len(names)) + "|"]
+    rows += [f"| {r['seed']} | " + " | ".join(f"{final(r['arms'][n]):.3f}" for n in names) + " |" for r in repeats]
+    mean = [sum(final(r["arms"][n]) for r in repeats) / len(repeats) for n in names]
+    return "\n".join(rows + ["| mean | " + " | ".join(f"{m:.3f}" for m in mean) + " |"])
 
 
 def table(res: dict[str, Any]) -> str:
@@ -181,10 +210,14 @@ def summary(res: dict[str, Any]) -> str:
     """The page's text for one run: the verdict, eval reward per arm and step, rescue per step,
     and the example's own figures on the last eval."""
     parts = [f"{verdict(res)}.", f"Hint: `{res['hint']}`; a rescued group's own rollouts: "
-             f"{res.get('unhinted', 'train')} (`training.rescue.unhinted`).", "Eval reward (no hints) per arm:", table(res),
-             "Rescue per training step:", step_table(res)]
-    extra = extra_table(res)
-    return "\n\n".join(parts + (["The example's own figures on the last eval:", extra] if extra else []))
+             f"{res.get('unhinted', 'train')} (`training.rescue.unhinted`).", "Eval reward (no hints) per arm:",
+             table(res), "Rescue per training step:", step_table(res)]
+    repeats, extra = repeat_table(res), extra_table(res)
+    seed = f" (seed {res['repeats'][0]['seed']}, the first)" if repeats else ""
+    if repeats:
+        parts[2] = f"Eval reward (no hints) per arm{seed}:"
+        parts += ["Eval reward after the last step, per seed (both arms on each seed, one after the other):", repeats]
+    return "\n\n".join(parts + ([f"The example's own figures on the last eval{seed}:", extra] if extra else []))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -202,19 +235,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--unhinted", default="train", choices=["train", "baseline"],
                    help="whether a rescued group's own rollouts train or only set the baseline "
                         "(training.rescue.unhinted)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every arm on this many seeds (the job's, then the next ones); the verdict "
+                        "is the mean gain (one run of a 135M model is noisy: +5 to +31 points on one seed)")
     p.add_argument("--explore-temperature", type=float, default=1.5,
                    help="the exploration rung's sampling temperature (arms explore and both)")
     args = p.parse_args(argv)
     out = OUT / f"rescue_{args.env}"
     env_dir = ROOT / "examples" / args.env
     res: dict[str, Any] = {"env": args.env, "hint": args.hint or HINTS[args.env], "unhinted": args.unhinted,
-                           "arms": {},
+                           "repeats": [],
                            "command": "python -m bench run rescue " + " ".join(sys.argv[1:] if argv is None else argv)}
     with EXAMPLES.services(env_dir):
-        for name in args.arms.split(","):
-            log(f"{args.env}: arm {name}")
-            info = asyncio.run(arm(job_of(args.env, name, args), out / name))
-            res["arms"][name] = {**info, "evals": evals_of(out / name, extra_metrics(env_dir))}
+        for k in range(args.repeats):
+            arms: dict[str, Any] = {}
+            for name in args.arms.split(","):
+                job = job_of(args.env, name, args)
+                job = job.model_copy(update={"seed": job.seed + k})  # the job's own seed first
+                log(f"{args.env}: arm {name}" + (f", seed {job.seed} ({k + 1} of {args.repeats})"
+                                                  if args.repeats > 1 else ""))
+                run_dir = out / (name if k == 0 else f"{name}_seed{job.seed}")
+                info = asyncio.run(arm(job, run_dir))
+                arms[name] = {**info, "evals": evals_of(run_dir, extra_metrics(env_dir))}
+            res["repeats"].append({"seed": job.seed, "arms": arms})
+    res["arms"] = res["repeats"][0]["arms"]
     record(f"rescue_{args.env}", {"verdict": verdict(res), "summary": summary(res), **res})
     print()
     print(summary(res))

@@ -33,3 +33,16 @@ def test_an_arm_without_a_figure_leaves_its_cell_empty_and_no_figures_no_table()
     res = run(None, None)
     assert rescue.extra_table(res) == ""
     assert "own figures" not in rescue.summary(res)
+
+
+def test_repeated_seeds_give_the_mean_gain_and_each_seeds() -> None:
+    first, second = run(None, None), run(None, None)
+    second["arms"]["none"]["evals"]["10"]["reward"] = 0.2  # +20 on the second seed, +50 on the first
+    res = {**first, "repeats": [{"seed": 42, "arms": first["arms"]}, {"seed": 43, "arms": second["arms"]}]}
+    text = rescue.verdict(res)
+    assert text.startswith("code_qa (seed 42): eval reward 0.00 untrained")
+    assert text.endswith("rescue - RL alone: +35 pts on average over 2 seeds (none; +50 (seed 42), +20 (seed 43); "
+                         "goal +30)")
+    table = rescue.repeat_table(res)
+    assert table.splitlines()[2:] == ["| 42 | 0.000 | 0.500 |", "| 43 | 0.000 | 0.200 |", "| mean | 0.000 | 0.350 |"]
+    assert table in rescue.summary(res) and rescue.repeat_table(first) == ""
