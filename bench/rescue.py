@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--groups", default="equal", choices=["equal", "unsolved"],
                    help="which groups are stuck (training.rescue.groups)")
     p.add_argument("--samples", type=int, help="rollouts sampled again per stuck group (default: the group size)")
-    p.add_argument("--unhinted", default="train", choices=["train", "baseline"],
+    p.add_argument("--unhinted", default="baseline", choices=["baseline", "train"],
                    help="whether a rescued group's own rollouts train or only set the baseline "
                         "(training.rescue.unhinted)")
     p.add_argument("--repeats", type=int, default=1,

@@ -145,11 +145,12 @@ class RescueSpec(Spec):
     """Rollouts sampled again per stuck group, on each rung (default: the group size)."""
     keep_unhinted: int = Field(default=1, ge=1)
     """Rollouts of the group's own that stay (at least one: the contrast the advantage needs)."""
-    unhinted: Literal["train", "baseline"] = "train"
-    """What the group's own rollouts kept beside hinted successes do: ``train``, as in any group
-    (the failures pushed down against the successes); ``baseline``, they only set the baseline the
-    successes' advantage is measured from and are not trained, so the update only imitates the
-    successes (no push on the policy's own failed tokens, where a 135M policy drifts)."""
+    unhinted: Literal["baseline", "train"] = "baseline"
+    """What the group's own rollouts kept beside hinted successes do: ``baseline`` (default), they
+    only set the baseline the successes' advantage is measured from and are not trained, so the
+    update imitates the successes and pushes nothing down (the group was all failures: its own
+    tokens hold no contrast but the hint's); ``train``, they train as in any group, pushed down
+    against the successes (measured: docs/training.md, "Rescue")."""
     correction: Literal["tis", "none"] = "none"
     """How the hinted samples are weighted: ``none``, as if the policy without the hint had sampled
     them (their recorded logprobs are replaced by that policy's): biased towards imitation of the
