@@ -33,14 +33,25 @@ def cassette(spec: dict[str, Any]) -> str:
 def same(a: list[Rollout], b: list[Rollout], exact: bool = False) -> None:
     """Rollout by rollout (task, sample): the same tokens, tool outputs and reward. Logprobs are
     bit for bit the same only ``exact`` (one rollout at a time, or lockstep rounds): their last
-    bits depend on which rows share a decode step, which the tools' timing changes (docs/replay.md)."""
+    bits depend on which rows share a decode step, which the tools' timing changes, so a sampled
+    token on a near-tie can (rarely) flip (docs/replay.md). Not ``exact``: at most one rollout
+    flips, and it agrees with its replay up to a token the policy sampled."""
     def key(r: Rollout) -> tuple[str, int]:
         return r.task_id, r.sample_index
+    flipped = []
     for x, y in zip(sorted(a, key=key), sorted(b, key=key), strict=True):
-        assert key(x) == key(y) and x.token_ids == y.token_ids
+        assert key(x) == key(y)
+        if not exact and x.token_ids != y.token_ids:
+            n = next(i for i, (s, t) in enumerate(zip(x.token_ids, y.token_ids)) if s != t)
+            assert x.loss_mask[n] == 1 and y.loss_mask[n] == 1  # a sampled token, not a tool's output
+            assert x.logprobs[:n] == pytest.approx(y.logprobs[:n], abs=1e-4)
+            flipped.append(key(x))
+            continue
+        assert x.token_ids == y.token_ids
         assert x.logprobs == y.logprobs if exact else x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
         assert [c.output for c in x.tool_calls] == [c.output for c in y.tool_calls]
         assert (x.score.score if x.score else None) == (y.score.score if y.score else None)
+    assert len(flipped) <= 1, f"{flipped}: more than one rollout's sampled tokens differ from the replay's"
 
 
 def lookup_job(tmp: Path, url: str, token: str, **rollout: Any) -> Path:
