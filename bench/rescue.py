@@ -111,9 +111,14 @@ async def arm(job: Any, run_dir: Path) -> dict[str, Any]:
     return {"wall_s": time.perf_counter() - t0, "steps": steps}
 
 
+def last_eval(a: dict[str, Any]) -> dict[str, Any]:
+    """An arm's eval after its last step (JSON keys are str)."""
+    return a["evals"][max(a["evals"], key=int)]
+
+
 def final(a: dict[str, Any]) -> float:
     """An arm's eval reward after its last step."""
-    return float(a["evals"][max(a["evals"], key=int)]["reward"])
+    return float(last_eval(a)["reward"])
 
 
 def verdict(res: dict[str, Any]) -> str:
@@ -196,7 +201,7 @@ def step_table(res: dict[str, Any]) -> str:
 def extra_table(res: dict[str, Any]) -> str:
     """Per arm, the example's own figures (its ``bench_metrics.py``) on the last eval: what the
     reward alone does not tell, such as answers that paste raw tool output. Empty without them."""
-    last = {n: a["evals"][max(a["evals"], key=int)].get("extra") or {} for n, a in res["arms"].items()}
+    last = {n: last_eval(a).get("extra") or {} for n, a in res["arms"].items()}
     names = list(dict.fromkeys(k for extra in last.values() for k in extra))
     if not names:
         return ""

@@ -55,7 +55,6 @@ _RESTART_PATIENCE_S = 120.0
 not a death (only deaths count against ``cluster.ray.max_restarts``), but one that never ends is."""
 
 
-
 async def _pause(seconds: float) -> None:
     """The wait before resending to a restarting worker (its own name, so a test can count them)."""
     await asyncio.sleep(seconds)
