@@ -109,6 +109,16 @@ def question_of(company: str, year: int, kind: str) -> tuple[str, str]:
     return template.format(co=owner, y=year, p=year - 1), unit
 
 
+# The figures a computation needs, as an expert searches for them (one search shows both lines).
+COMPUTE_INPUTS = {"revenue_growth": "revenue", "revenue_change": "revenue", "net_margin": "net income revenue"}
+
+
+def expert_query(company: str, year: int, kind: str) -> str:
+    """The search an expert runs for the task: the company, the year and the figure's words as the
+    question says them (a computation: the figures it needs), as the worked examples search."""
+    return f"{company} {year} {COMPUTE_INPUTS.get(kind) or kind.replace('_', ' ')}"
+
+
 def call_turns(question: str, calls: list[tuple[str, dict[str, Any]]], final: str, library: Library,
                tag: str) -> list[dict[str, Any]]:
     """A user question, one assistant turn per tool call with the server's real output, the answer."""
@@ -128,8 +138,7 @@ def worked_examples(figures: dict[tuple[str, int], dict[str, float]], library: L
     turns: list[dict[str, Any]] = []
     for (company, year, kind), tag in zip(EXAMPLE_TASKS, "ab"):
         question, unit = question_of(company, year, kind)
-        figure = kind.replace("_", " ")
-        calls = ([("search", {"query": f"{company} {year} {figure}"})] if tag == "a" else
+        calls = ([("search", {"query": expert_query(company, year, kind)})] if tag == "a" else
                  [("search", {"query": f"{company} {year}"}), ("cat", {"path": report_name(company, year)})])
         final = f"Answer: {answer_text(answer_of(kind, figures[company, year]), unit)}"
         turns += call_turns(question, calls, final, library, tag)
@@ -138,14 +147,19 @@ def worked_examples(figures: dict[tuple[str, int], dict[str, float]], library: L
 
 def make_task(split: str, i: int, key: tuple[str, int, str], figures: dict[tuple[str, int], dict[str, float]],
               examples: list[dict[str, Any]]) -> dict[str, Any]:
-    """One task row: the system prompt, the ``examples`` turns (none for a plain row), the question."""
+    """One task row: the system prompt, the ``examples`` turns (none for a plain row), the question.
+
+    Its item also carries what a teacher would know, as real datasets often do: the answer, the
+    report that holds it and the search an expert runs (``query``). The model never sees them; the
+    grader reads the answer, a rescue hint (``training.rescue.hint``) may read the rest."""
     company, year, kind = key
     question, unit = question_of(company, year, kind)
     value = answer_of(kind, figures[company, year])
     return {"id": f"{split}-{i:03d}",
             "messages": [{"role": "system", "content": SYSTEM}, *examples, {"role": "user", "content": question}],
             "company": company, "year": year, "kind": kind, "needs": "lookup" if kind in LOOKUPS else "compute",
-            "report": report_name(company, year), "answer": value, "unit": unit,
+            "report": report_name(company, year), "query": expert_query(company, year, kind),
+            "answer": value, "unit": unit,
             "answer_text": answer_text(value, unit)}
 
 
