@@ -58,6 +58,9 @@ HINTS = {
     "code_qa": 'Call search with {"query": "{{ item.query }}"}, then answer with the exact values it shows.',
     "calculator": 'Call calculator with {"expression": "{{ item.expression }}"}, then state the result.',
 }
+# Issue 37's goal per example: a lift where RL alone stalls; where RL already learns (the
+# calculator), hints must not hurt.
+GOALS = {"finance_lookup": "goal +30", "code_qa": "goal +30", "calculator": "goal: not below RL alone"}
 
 
 def job_of(env: str, arm: str, args: argparse.Namespace) -> Any:
@@ -122,6 +125,11 @@ def final(a: dict[str, Any]) -> float:
     return float(last_eval(a)["reward"])
 
 
+def rescued(a: dict[str, Any]) -> int:
+    """The groups an arm rescued over its steps (either rung)."""
+    return round(sum(s.get("train/groups_rescued", 0) for s in a["steps"].values()))
+
+
 def verdict(res: dict[str, Any]) -> str:
     """The first seed's figures per arm, then the best rescue arm's gain over RL alone: averaged
     over the seeds when the run repeated both arms (``--repeats``), each seed's gain listed."""
@@ -135,32 +143,36 @@ def verdict(res: dict[str, Any]) -> str:
     parts = [f"{res['env']}{seed}: eval reward {base:.2f} untrained"]
     for name, a in arms.items():
         last = final(a)
-        rescued = sum(s.get("train/groups_rescued", 0) for s in a["steps"].values())
         explored = sum(s.get("train/groups_explored", 0) for s in a["steps"].values())
         parts.append(f"{name} {last:.2f} ({100 * (last - base):+.0f} pts"
-                     + (f", {rescued:.0f} groups rescued, {explored:.0f} of them by exploring"
+                     + (f", {rescued(a)} groups rescued, {explored:.0f} of them by exploring"
                         if name != "rl" else "") + ")")
     gains = {n: [final(r["arms"][n]) - final(r["arms"]["rl"]) for r in repeats] for n in arms if n != "rl"}
     best = max(gains, key=lambda n: sum(gains[n]), default=None)
+    goal = GOALS.get(res["env"], "goal +30")
     if best is not None:
         mean = 100 * sum(gains[best]) / len(gains[best])
         if len(repeats) > 1:
             each = ", ".join(f"{100 * g:+.0f} (seed {r['seed']})" for g, r in zip(gains[best], repeats))
             parts.append(f"rescue - RL alone: {mean:+.0f} pts on average over {len(repeats)} seeds "
-                         f"({best}; {each}; goal +30)")
+                         f"({best}; {each}; {goal})")
         else:
-            parts.append(f"rescue - RL alone: {mean:+.0f} pts ({best}; goal +30)")
+            parts.append(f"rescue - RL alone: {mean:+.0f} pts ({best}; {goal})")
     return "; ".join(parts)
 
 
 def repeat_table(res: dict[str, Any]) -> str:
-    """Per seed (``--repeats``), each arm's eval reward after its last step; empty for one seed."""
+    """Per seed (``--repeats``), each arm's eval reward after its last step (a rescue arm's with the
+    groups it rescued: with none, the arm trained as RL alone did, and any difference is the
+    runs' own noise); empty for one seed."""
     repeats = res.get("repeats") or []
     if len(repeats) < 2:
         return ""
     names = list(res["arms"])
     rows = ["| seed | " + " | ".join(names) + " |", "|---" * (1 + len(names)) + "|"]
-    rows += [f"| {r['seed']} | " + " | ".join(f"{final(r['arms'][n]):.3f}" for n in names) + " |" for r in repeats]
+    rows += [f"| {r['seed']} | " + " | ".join(f"{final(r['arms'][n]):.3f}"
+                                             + ("" if n == "rl" else f" ({rescued(r['arms'][n])} rescued)")
+                                             for n in names) + " |" for r in repeats]
     mean = [sum(final(r["arms"][n]) for r in repeats) / len(repeats) for n in names]
     return "\n".join(rows + ["| mean | " + " | ".join(f"{m:.3f}" for m in mean) + " |"])
 

@@ -44,5 +44,11 @@ def test_repeated_seeds_give_the_mean_gain_and_each_seeds() -> None:
     assert text.endswith("rescue - RL alone: +35 pts on average over 2 seeds (none; +50 (seed 42), +20 (seed 43); "
                          "goal +30)")
     table = rescue.repeat_table(res)
-    assert table.splitlines()[2:] == ["| 42 | 0.000 | 0.500 |", "| 43 | 0.000 | 0.200 |", "| mean | 0.000 | 0.350 |"]
+    assert table.splitlines()[2:] == ["| 42 | 0.000 | 0.500 (1 rescued) |", "| 43 | 0.000 | 0.200 (1 rescued) |",
+                                      "| mean | 0.000 | 0.350 |"]
     assert table in rescue.summary(res) and rescue.repeat_table(first) == ""
+
+
+def test_the_calculators_verdict_names_its_own_goal() -> None:
+    res = {**run(None, None), "env": "calculator"}  # hints must not hurt where RL already learns
+    assert rescue.verdict(res).endswith("rescue - RL alone: +50 pts (none; goal: not below RL alone)")
