@@ -1,7 +1,8 @@
-"""What the training tests share: a continuous reward that needs no model, and a small dataset."""
+"""What the training tests share: continuous rewards that need no model, and a small dataset."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,19 @@ class LengthGrader:
 
     async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
         return Score(score=(len(sample["output_text"]) % 13) / 12.0)
+
+
+class TraceGrader:
+    """A reward drawn from the rollout's trace id, whatever it says: a group's rewards differ even
+    when the policy has collapsed to one output (a large learning rate on a tiny model can do that
+    in one step, and then ``LengthGrader`` gives a group equal rewards and the step trains nothing).
+    For tests of scheduling that need every step to train, not of learning."""
+
+    name = "trace"
+
+    async def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> Score:
+        digest = hashlib.sha256(sample["trajectory"]["trace_id"].encode()).digest()
+        return Score(score=int.from_bytes(digest[:4], "big") / 2**32)
 
 
 def write_datasets(tmp: Path, n_train: int, n_val: int) -> None:

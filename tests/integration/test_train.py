@@ -15,7 +15,7 @@ from arft.trainer.merge import merge_run
 from arft.app.train import train
 from arft.trainer.learner import wrap_policy
 from arft.tracing.export import export_rollouts
-from tests.training import LengthGrader, write_datasets
+from tests.training import LengthGrader, TraceGrader, write_datasets
 
 
 def write_job(tmp: Path) -> Path:
@@ -130,7 +130,9 @@ async def test_async_rollouts_generate_the_next_step_during_the_update(tmp_path:
     events: list[tuple[str, int]] = []
     hooks = Hooks(point=lambda name, step: events.append((name, step)) if name in ("step", "update") else None,
                   step_done=lambda step, m: events.append(("done", step)))
-    result = await train(job, tmp_path / "run", model=tiny(tokenizer), tokenizer=tokenizer, grader=LengthGrader(),
+    # every group has reward variance (TraceGrader), so every step trains: LengthGrader failed this
+    # once on a fresh clone, a step whose groups all had equal rewards trained no token
+    result = await train(job, tmp_path / "run", model=tiny(tokenizer), tokenizer=tokenizer, grader=TraceGrader(),
                          max_batch_size=4, hooks=hooks)
     assert [m["step"] for m in result.history] == [1, 2, 3] and set(result.evals) == {0, 2, 3}
     # step 2's rollouts began before step 1's update ended, from the weights before it
