@@ -21,8 +21,8 @@ class LengthGrader:
 
 class TraceGrader:
     """A reward drawn from the rollout's trace id, whatever it says: a group's rewards differ even
-    when the policy has collapsed to one output (a large learning rate on a tiny model can do that
-    in one step, and then ``LengthGrader`` gives a group equal rewards and the step trains nothing).
+    when the policy has collapsed to one output (a large learning rate on a tiny model may do that
+    in one step; ``LengthGrader`` then gives a group equal rewards and the step trains nothing).
     For tests of scheduling that need every step to train, not of learning."""
 
     name = "trace"
