@@ -248,6 +248,12 @@ class Rollout(Frozen):
         return self.score.score
 
     @property
+    def hinted(self) -> bool:
+        """Sampled with a privileged hint by ``training.rescue`` (``rescued`` is ``tis`` or
+        ``none``); an ``explore`` rollout was sampled without one, on-policy but hotter."""
+        return self.rescued in ("tis", "none")
+
+    @property
     def model_calls(self) -> tuple[ToolCallRecord, ...]:
         """The tool calls the model made: every record but unparseable ones (parse errors)."""
         return tuple(c for c in self.tool_calls if c.status != "parse_error")

@@ -125,27 +125,31 @@ def final(a: dict[str, Any]) -> float:
     return float(last_eval(a)["reward"])
 
 
-def rescued(a: dict[str, Any]) -> int:
-    """The groups an arm rescued over its steps (either rung)."""
-    return round(sum(s.get("train/groups_rescued", 0) for s in a["steps"].values()))
+def total(a: dict[str, Any], metric: str) -> int:
+    """A count summed over an arm's steps (``train/groups_rescued``: by either rung)."""
+    return round(sum(s.get(metric, 0) for s in a["steps"].values()))
+
+
+def first_arms(res: dict[str, Any]) -> dict[str, Any]:
+    """The arms of the first seed (the job's own), which the per-step tables show."""
+    return res["repeats"][0]["arms"]
 
 
 def verdict(res: dict[str, Any]) -> str:
     """The first seed's figures per arm, then the best rescue arm's gain over RL alone: averaged
     over the seeds when the run repeated both arms (``--repeats``), each seed's gain listed."""
-    arms = res["arms"]
+    repeats, arms = res["repeats"], first_arms(res)
     rl = arms.get("rl")
     if rl is None:
         return "no RL-alone arm: no comparison"
-    repeats = res.get("repeats") or [{"seed": None, "arms": arms}]
     base = rl["evals"][min(rl["evals"], key=int)]["reward"]
     seed = f" (seed {repeats[0]['seed']})" if len(repeats) > 1 else ""
     parts = [f"{res['env']}{seed}: eval reward {base:.2f} untrained"]
     for name, a in arms.items():
         last = final(a)
-        explored = sum(s.get("train/groups_explored", 0) for s in a["steps"].values())
         parts.append(f"{name} {last:.2f} ({100 * (last - base):+.0f} pts"
-                     + (f", {rescued(a)} groups rescued, {explored:.0f} of them by exploring"
+                     + (f", {total(a, 'train/groups_rescued')} groups rescued, "
+                        f"{total(a, 'train/groups_explored')} of them by exploring"
                         if name != "rl" else "") + ")")
     gains = {n: [final(r["arms"][n]) - final(r["arms"]["rl"]) for r in repeats] for n in arms if n != "rl"}
     best = max(gains, key=lambda n: sum(gains[n]), default=None)
@@ -165,26 +169,26 @@ def repeat_table(res: dict[str, Any]) -> str:
     """Per seed (``--repeats``), each arm's eval reward after its last step (a rescue arm's with the
     groups it rescued: with none, the arm trained as RL alone did, and any difference is the
     runs' own noise); empty for one seed."""
-    repeats = res.get("repeats") or []
+    repeats = res["repeats"]
     if len(repeats) < 2:
         return ""
-    names = list(res["arms"])
+    names = list(first_arms(res))
     rows = ["| seed | " + " | ".join(names) + " |", "|---" * (1 + len(names)) + "|"]
     rows += [f"| {r['seed']} | " + " | ".join(f"{final(r['arms'][n]):.3f}"
-                                             + ("" if n == "rl" else f" ({rescued(r['arms'][n])} rescued)")
+                                             + ("" if n == "rl" else f" ({total(r['arms'][n], 'train/groups_rescued')} rescued)")
                                              for n in names) + " |" for r in repeats]
     mean = [sum(final(r["arms"][n]) for r in repeats) / len(repeats) for n in names]
     return "\n".join(rows + ["| mean | " + " | ".join(f"{m:.3f}" for m in mean) + " |"])
 
 
 def table(res: dict[str, Any]) -> str:
-    rows = ["| arm | " + " | ".join(f"eval @ {s}" for s in sorted({int(s) for a in res["arms"].values()
-                                                                      for s in a["evals"]})) + " | wall |",
-            "|---" * (2 + len({s for a in res["arms"].values() for s in a["evals"]})) + "|"]
-    for name, a in res["arms"].items():
+    """Per arm (the first seed's), the eval reward at each evaluated step and the arm's wall time."""
+    arms = first_arms(res)
+    steps = sorted({int(s) for a in arms.values() for s in a["evals"]})  # JSON keys are str
+    rows = ["| arm | " + " | ".join(f"eval @ {s}" for s in steps) + " | wall |", "|---" * (2 + len(steps)) + "|"]
+    for name, a in arms.items():
         evs = {int(k): v["reward"] for k, v in a["evals"].items()}
-        cells = [f"{evs[s]:.3f}" if s in evs else "" for s in sorted({int(s) for b in res["arms"].values()
-                                                                      for s in b["evals"]})]
+        cells = [f"{evs[s]:.3f}" if s in evs else "" for s in steps]
         rows.append(f"| {name} | " + " | ".join(cells) + f" | {a['wall_s'] / 60:.1f} min |")
     return "\n".join(rows)
 
@@ -192,7 +196,7 @@ def table(res: dict[str, Any]) -> str:
 def step_table(res: dict[str, Any]) -> str:
     """Per training step and rescue arm: the groups rescued (of the step's groups), the groups
     still dropped, and the hinted share of the trained sequences."""
-    per_step = {n: {int(k): m for k, m in a["steps"].items()} for n, a in res["arms"].items()}  # JSON keys are str
+    per_step = {n: {int(k): m for k, m in a["steps"].items()} for n, a in first_arms(res).items()}  # JSON keys are str
     arms = [n for n in per_step if n != "rl"]
     steps = sorted({s for m in per_step.values() for s in m})
     rows = ["| step | " + " | ".join(f"{n}: rescued / dropped / hinted" for n in arms)
@@ -214,7 +218,7 @@ def step_table(res: dict[str, Any]) -> str:
 def extra_table(res: dict[str, Any]) -> str:
     """Per arm, the example's own figures (its ``bench_metrics.py``) on the last eval: what the
     reward alone does not tell, such as answers that paste raw tool output. Empty without them."""
-    last = {n: last_eval(a).get("extra") or {} for n, a in res["arms"].items()}
+    last = {n: last_eval(a).get("extra") or {} for n, a in first_arms(res).items()}
     names = list(dict.fromkeys(k for extra in last.values() for k in extra))
     if not names:
         return ""
@@ -227,15 +231,21 @@ def extra_table(res: dict[str, Any]) -> str:
 def summary(res: dict[str, Any]) -> str:
     """The page's text for one run: the verdict, eval reward per arm and step, rescue per step,
     and the example's own figures on the last eval."""
-    parts = [f"{verdict(res)}.", f"Hint: `{res['hint']}`; a rescued group's own rollouts: "
-             f"{res.get('unhinted', 'train')} (`training.rescue.unhinted`).", "Eval reward (no hints) per arm:",
-             table(res), "Rescue per training step:", step_table(res)]
     repeats, extra = repeat_table(res), extra_table(res)
     seed = f" (seed {res['repeats'][0]['seed']}, the first)" if repeats else ""
+    parts = [f"{verdict(res)}.", f"Hint: `{res['hint']}`; a rescued group's own rollouts: "
+             f"{res['unhinted']} (`training.rescue.unhinted`).", f"Eval reward (no hints) per arm{seed}:",
+             table(res), "Rescue per training step:", step_table(res)]
     if repeats:
-        parts[2] = f"Eval reward (no hints) per arm{seed}:"
         parts += ["Eval reward after the last step, per seed (both arms on each seed, one after the other):", repeats]
     return "\n\n".join(parts + ([f"The example's own figures on the last eval{seed}:", extra] if extra else []))
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -253,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--unhinted", default="baseline", choices=["baseline", "train"],
                    help="whether a rescued group's own rollouts train or only set the baseline "
                         "(training.rescue.unhinted)")
-    p.add_argument("--repeats", type=int, default=1,
+    p.add_argument("--repeats", type=positive, default=1,
                    help="run every arm on this many seeds (the job's, then the next ones); the verdict "
                         "is the mean gain (one run of a 135M model is noisy: +5 to +31 points on one seed)")
     p.add_argument("--explore-temperature", type=float, default=1.5,
@@ -276,7 +286,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                 info = asyncio.run(arm(job, run_dir))
                 arms[name] = {**info, "evals": evals_of(run_dir, extra_metrics(env_dir))}
             res["repeats"].append({"seed": job.seed, "arms": arms})
-    res["arms"] = res["repeats"][0]["arms"]
     record(f"rescue_{args.env}", {"verdict": verdict(res), "summary": summary(res), **res})
     print()
     print(summary(res))

@@ -25,7 +25,7 @@ grades, metric rows and evaluations are stored exactly once however often the ru
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -50,7 +50,7 @@ from arft.together import together
 from arft.tools.cassette import cassette_counts
 from arft.tracing.run_dir import RunDir
 from arft.seeds import step_seed
-from arft.trainer.advantages import HINTED, batch_advantages, budget_penalty_of, shaped_group_advantages
+from arft.trainer.advantages import batch_advantages, budget_penalty_of, shaped_group_advantages
 from arft.trainer.batching import to_train_batch
 from arft.trainer.checkpoints import CheckpointError, save_checkpoint
 from arft.trainer.learner import Learner, base_learning_rate
@@ -104,13 +104,14 @@ def _rescue_metrics(job: JobSpec, plan: _Plan, rollouts: list[Rollout], batch: T
     groups = [rollouts[i:i + g] for i in range(0, len(rollouts), g)]
     trained = max(len(batch.trace_ids), 1)
 
-    def share(kinds: tuple[str, ...]) -> float:
-        ids = {r.trace_id for r in rollouts if r.rescued in kinds}
+    def share(of: Callable[[Rollout], bool]) -> float:
+        ids = {r.trace_id for r in rollouts if of(r)}
         return sum(t in ids for t in batch.trace_ids) / trained
 
     return {"train/groups_rescued": float(sum(any(r.rescued for r in group) for group in groups)),
             "train/groups_explored": float(sum(any(r.rescued == "explore" for r in group) for group in groups)),
-            "train/hinted_share": share(HINTED), "train/explored_share": share(("explore",))}
+            "train/hinted_share": share(lambda r: r.hinted),
+            "train/explored_share": share(lambda r: r.rescued == "explore")}
 
 
 def _cassette_metrics(t: Session) -> dict[str, float]:

@@ -82,10 +82,6 @@ class BatchAdvantages(NamedTuple):
     metrics: dict[str, float]
 
 
-HINTED = ("tis", "none")
-"""``Rollout.rescued`` of a hinted rollout (the rescue's ``correction``); ``explore`` is on-policy."""
-
-
 def batch_advantages(rollouts: Sequence[Rollout], group_size: int, budget: BudgetSpec,
                      normalize_std: bool = True, *, train_unhinted: bool = True) -> BatchAdvantages:
     """Advantages for every rollout (groups of ``group_size`` in order) and reward metrics:
@@ -99,8 +95,8 @@ def batch_advantages(rollouts: Sequence[Rollout], group_size: int, budget: Budge
         group = rollouts[g:g + group_size]
         adv = shaped_group_advantages(group, penalties[g:g + group_size], normalize_std)
         dropped += adv.dropped
-        baseline_only = not train_unhinted and any(r.rescued in HINTED for r in group)
-        values.extend(None if baseline_only and r.rescued not in HINTED else a for r, a in zip(group, adv.values))
+        baseline_only = not train_unhinted and any(r.hinted for r in group)
+        values.extend(None if baseline_only and not r.hinted else a for r, a in zip(group, adv.values))
     graded = [(r.reward, p) for r, p in zip(rollouts, penalties) if r.reward is not None]
     n_groups = math.ceil(len(rollouts) / group_size)
     return BatchAdvantages(values, {"train/groups_dropped": float(dropped), "train/groups": float(n_groups),

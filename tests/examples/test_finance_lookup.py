@@ -141,7 +141,6 @@ def test_worked_examples_show_what_the_server_answers() -> None:
         assert module("server").run_tool(library, fn["name"], json.loads(fn["arguments"])) == result["content"]
 
 
-
 def test_each_rows_expert_query_shows_the_figures_its_answer_needs() -> None:
     """``query`` (what a rescue hint names) is a search that works: one hit, the task's report,
     with the figure's line (a computation: the lines of the figures it needs)."""
@@ -153,6 +152,7 @@ def test_each_rows_expert_query_shows_the_figures_its_answer_needs() -> None:
         if row["needs"] == "lookup":
             assert row["answer_text"].removeprefix("$").split(" ")[0] in shown, (row["query"], shown)
         assert all(line in shown for line in needs.get(row["kind"], [])), (row["query"], shown)
+
 
 def test_services_start_the_server_as_a_process_and_stop_it() -> None:
     services = module("services")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench import rescue
 
 
@@ -13,7 +15,8 @@ def run(extra_rl: dict[str, float] | None, extra_hint: dict[str, float] | None) 
         return {"wall_s": 60.0, "evals": {"0": {"reward": 0.0}, "10": final},
                 "steps": {"1": {"train/groups": 4, "train/groups_dropped": 4, "train/groups_rescued": 1}}}
 
-    return {"env": "code_qa", "hint": "Call search", "arms": {"rl": arm(0.0, extra_rl), "none": arm(0.5, extra_hint)}}
+    return {"env": "code_qa", "hint": "Call search", "unhinted": "baseline",
+            "repeats": [{"seed": 42, "arms": {"rl": arm(0.0, extra_rl), "none": arm(0.5, extra_hint)}}]}
 
 
 def test_the_summary_shows_each_arms_own_figures_on_the_last_eval() -> None:
@@ -37,8 +40,9 @@ def test_an_arm_without_a_figure_leaves_its_cell_empty_and_no_figures_no_table()
 
 def test_repeated_seeds_give_the_mean_gain_and_each_seeds() -> None:
     first, second = run(None, None), run(None, None)
-    second["arms"]["none"]["evals"]["10"]["reward"] = 0.2  # +20 on the second seed, +50 on the first
-    res = {**first, "repeats": [{"seed": 42, "arms": first["arms"]}, {"seed": 43, "arms": second["arms"]}]}
+    second_arms = second["repeats"][0]["arms"]
+    second_arms["none"]["evals"]["10"]["reward"] = 0.2  # +20 on the second seed, +50 on the first
+    res = {**first, "repeats": [*first["repeats"], {"seed": 43, "arms": second_arms}]}
     text = rescue.verdict(res)
     assert text.startswith("code_qa (seed 42): eval reward 0.00 untrained")
     assert text.endswith("rescue - RL alone: +35 pts on average over 2 seeds (none; +50 (seed 42), +20 (seed 43); "
@@ -52,3 +56,10 @@ def test_repeated_seeds_give_the_mean_gain_and_each_seeds() -> None:
 def test_the_calculators_verdict_names_its_own_goal() -> None:
     res = {**run(None, None), "env": "calculator"}  # hints must not hurt where RL already learns
     assert rescue.verdict(res).endswith("rescue - RL alone: +50 pts (none; goal: not below RL alone)")
+
+
+def test_repeats_must_be_a_whole_number_of_at_least_one(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SystemExit):
+            rescue.main(["calculator", "--repeats", bad])
+        assert "is not a whole number of at least 1" in capsys.readouterr().err
