@@ -209,6 +209,18 @@ def test_an_unknown_lora_sampling_mode_is_refused_with_the_choices(tmp_path: Pat
     assert "engine.lora" in message and "'merged'" in message and "'adapter'" in message
 
 
+@pytest.mark.parametrize("field, choices", [("unhinted: always", ("'baseline'", "'train'")),
+                                            ("correction: ppo", ("'tis'", "'none'")),
+                                            ("groups: some", ("'equal'", "'unsolved'"))])
+def test_an_unknown_rescue_mode_is_refused_with_its_line_and_the_choices(tmp_path: Path, field: str,
+                                                                         choices: tuple[str, str]) -> None:
+    path = write(tmp_path / "job.yaml", ARFT_YAML + f"training:\n  rescue: {{hint: auto, {field}}}\n")
+    line = len(path.read_text().splitlines())
+    message = job_error(path)
+    assert f"{path}:{line}: training.rescue.{field.split(':')[0]}" in message
+    assert all(choice in message for choice in choices)
+
+
 def test_missing_method(tmp_path: Path) -> None:
     path = write(tmp_path / "job.yaml", "model: smollm2-135m-instruct\n")
     message = job_error(path)
